@@ -1,0 +1,346 @@
+"""The Python API, shaped like the standard library's `lzma` / `bz2`.
+
+    data = dyncompress.compress(text, lanes=8)
+    assert dyncompress.decompress(data) == text
+    with dyncompress.open("file.dc", "wt") as f: f.write("...")
+
+Incremental `Compressor` / `Decompressor` objects stream block by block with
+bounded memory; the command line is built on them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.metadata
+import io
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+import numpy as np
+import torch
+
+from . import __version__
+from .adapt import AdaptSettings
+from .codec import Codec, Settings, decode_block, default_device, encode_block, fingerprint
+from .container import (
+    Block,
+    FormatError,
+    block_digest,
+    pack_block,
+    pack_end,
+    pack_header,
+    parse_frame,
+    parse_header,
+    stream_digest,
+)
+from .errors import DyncompressError
+
+Progress = Callable[[int], None]
+_ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
+
+
+def make_settings(settings: Settings | None = None, **overrides) -> Settings:
+    """Settings from keyword overrides (`lanes=8`, `rule="sgd"`, `lr=1e-3`, ...).
+
+    The device defaults to CUDA when available, else the CPU.
+    """
+    base = settings or Settings(device=default_device())
+    adapt = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPT_KEYS}
+    unknown = set(overrides) - {f.name for f in fields(Settings)}
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    return replace(base, **overrides, adapt=replace(base.adapt, **adapt))
+
+
+def platform_record(device: str) -> dict:
+    """What produced the floats: recorded in the header, shown when a decode is refused."""
+    record = {
+        "dyncompress": __version__,
+        "torch": torch.__version__,
+        "constriction": importlib.metadata.version("constriction"),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+    if device == "cuda":
+        record["gpu"] = torch.cuda.get_device_name()
+    return record
+
+
+def _describe(record: dict) -> str:
+    keys = ("torch", "machine", "cpu_capability", "gpu")
+    return ", ".join(f"{k} {record[k]}" for k in keys if k in record)
+
+
+class Compressor:
+    """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`."""
+
+    def __init__(self, settings: Settings | None = None, *, progress: Progress | None = None, **overrides) -> None:
+        try:
+            self.settings = make_settings(settings, **overrides)
+            self._codec = Codec(self.settings)
+            meta = {
+                "settings": self.settings.to_dict(),
+                "model": None,  # online mode: seeded random start
+                "fingerprint": fingerprint(self.settings),
+                "platform": platform_record(self.settings.device),
+            }
+        except (ValueError, RuntimeError) as e:
+            raise DyncompressError(str(e)) from None
+        self._header = pack_header(meta)
+        self._pending = bytearray()
+        self._progress = progress
+        self._digest = stream_digest()
+        self._total = self._blocks = 0
+        self._finished = False
+
+    def _emit_blocks(self, final: bool) -> bytes:
+        out = [self._header]
+        self._header = b""
+        bs = self.settings.block_size
+        while len(self._pending) >= bs or (final and self._pending):
+            data = bytes(self._pending[:bs])
+            del self._pending[:bs]
+            out.append(pack_block(data, encode_block(self._codec, data, self._progress)))
+            self._digest.update(data)
+            self._total += len(data)
+            self._blocks += 1
+        return b"".join(out)
+
+    def compress(self, data: bytes) -> bytes:
+        if self._finished:
+            raise ValueError("compressor has been flushed")
+        self._pending += data
+        return self._emit_blocks(final=False)
+
+    def flush(self) -> bytes:
+        if self._finished:
+            raise ValueError("repeated call to flush()")
+        self._finished = True
+        out = self._emit_blocks(final=True)
+        return out + pack_end(self._total, self._blocks, self._digest.digest())
+
+    @property
+    def ideal_bits(self) -> float:
+        """-log2 p summed over the bytes coded so far (the model's own estimate)."""
+        return self._codec.nats / 0.6931471805599453
+
+
+class Decompressor:
+    """Incremental decompression: `decompress(chunk) -> bytes`; `eof` once the end marker is read.
+
+    Blocks are returned only after their checksum has been verified: bytes that
+    came out wrong are never handed out.
+    """
+
+    def __init__(self, *, progress: Progress | None = None) -> None:
+        self._buf = bytearray()
+        self._codec: Codec | None = None
+        self.settings: Settings | None = None
+        self.meta: dict | None = None
+        self._progress = progress
+        self._digest = stream_digest()
+        self._total = self._blocks = 0
+        self.eof = False
+        self.unused_data = b""
+
+    @property
+    def needs_input(self) -> bool:
+        return not self.eof
+
+    def _start(self, meta: dict) -> None:
+        try:
+            settings = Settings.from_dict(meta["settings"])
+            recorded = meta["platform"]
+            expected = str(meta["fingerprint"])
+            if meta.get("model") is not None:
+                raise DyncompressError("this file needs a pretrained model, which this version cannot load")
+        except (KeyError, TypeError, ValueError) as e:
+            raise FormatError(f"corrupt or unsupported header ({e})") from None
+        if settings.device == "cuda" and not torch.cuda.is_available():
+            raise DyncompressError(
+                "this file was encoded on a CUDA GPU and decodes only on one "
+                f"({_describe(recorded)}); torch sees no GPU here"
+            )
+        got = fingerprint(settings)
+        if got != expected:
+            raise DyncompressError(
+                f"this machine computes different floating-point results than the encoder "
+                f"(fingerprint {got}, file {expected}): encoded with {_describe(recorded)}; "
+                f"here {_describe(platform_record(settings.device))}"
+            )
+        self.meta, self.settings = meta, settings
+        self._codec = Codec(settings)
+
+    def _decode(self, block: Block) -> bytes:
+        data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
+        if block_digest(data) != block.digest:
+            raise DyncompressError(
+                f"block {self._blocks + 1}: the decoder diverged from the encoder (checksum mismatch); "
+                "nothing of this block was output"
+            )
+        return data
+
+    def decompress(self, data: bytes) -> bytes:
+        if self.eof:
+            raise EOFError("already at end of stream")
+        self._buf += data
+        out, pos = [], 0
+        try:
+            if self._codec is None:
+                parsed = parse_header(self._buf)
+                if parsed is None:
+                    return b""
+                meta, pos = parsed
+                self._start(meta)
+            while not self.eof:
+                parsed = parse_frame(self._buf, pos, self.settings.block_size)
+                if parsed is None:
+                    break
+                frame, pos = parsed
+                if isinstance(frame, Block):
+                    block = self._decode(frame)
+                    self._digest.update(block)
+                    self._total += len(block)
+                    self._blocks += 1
+                    out.append(block)
+                    continue
+                if (frame.total_len, frame.blocks, frame.digest) != (
+                    self._total,
+                    self._blocks,
+                    self._digest.digest(),
+                ):
+                    raise FormatError("corrupt stream (end marker does not match the blocks read)")
+                self.eof = True
+                self.unused_data = bytes(self._buf[pos:])
+        finally:
+            del self._buf[:pos]
+        return b"".join(out)
+
+    def finish(self) -> None:
+        """Raise if the stream ended before its end marker."""
+        if self.meta is None:
+            raise FormatError("truncated file (incomplete header)" if self._buf else "empty input, not a .dc stream")
+        if not self.eof:
+            raise FormatError("truncated file (the end marker is missing)")
+
+
+def compress(data: bytes, **settings) -> bytes:
+    comp = Compressor(**settings)
+    return comp.compress(data) + comp.flush()
+
+
+def iter_decompress(read: Callable[[int], bytes], progress: Progress | None = None, chunk: int = 1 << 16):
+    """Decoded pieces of one or more concatenated .dc streams pulled through `read(n)`.
+
+    Raises DyncompressError on truncation, corruption or trailing garbage.
+    """
+    dec, pending, later = Decompressor(progress=progress), b"", False
+    while True:
+        data = pending or read(chunk)
+        pending = b""
+        if not data:
+            dec.finish()
+            return
+        try:
+            out = dec.decompress(data)
+        except FormatError:
+            if later and dec.meta is None:
+                raise FormatError("trailing garbage after the end of the stream") from None
+            raise
+        if out:
+            yield out
+        if dec.eof:
+            pending = dec.unused_data or read(chunk)
+            if not pending:
+                return
+            dec, later = Decompressor(progress=progress), True
+
+
+def decompress(data: bytes) -> bytes:
+    """Decode one or more concatenated .dc streams."""
+    view = io.BytesIO(data)
+    return b"".join(iter_decompress(view.read))
+
+
+# --- file objects -------------------------------------------------------------------
+
+
+class _Raw(io.RawIOBase):
+    """Closes the underlying file when it opened that file itself."""
+
+    def __init__(self, fp, own: bool) -> None:
+        self._fp, self._own = fp, own
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._finish()
+            finally:
+                super().close()
+                if self._own:
+                    self._fp.close()
+
+    def _finish(self) -> None:
+        pass
+
+
+class _RawReader(_Raw):
+    def __init__(self, fp, own: bool) -> None:
+        super().__init__(fp, own)
+        self._pieces = iter_decompress(fp.read)
+        self._out = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if not self._out:
+            self._out = next(self._pieces, b"")
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+
+class _RawWriter(_Raw):
+    def __init__(self, fp, own: bool, settings: dict) -> None:
+        super().__init__(fp, own)
+        self._comp = Compressor(**settings)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self._fp.write(self._comp.compress(bytes(b)))
+        return len(b)
+
+    def _finish(self) -> None:
+        self._fp.write(self._comp.flush())
+
+
+def open(file, mode: str = "rb", *, encoding=None, errors=None, newline=None, **settings):  # noqa: A001
+    """Open a .dc file (path or binary file object) like `lzma.open`: 'rb', 'wb', 'xb', 'ab', or text 'rt', ..."""
+    text = "t" in mode
+    bmode = mode.replace("t", "").replace("b", "")
+    if bmode not in ("r", "w", "x", "a") or ("t" in mode and "b" in mode):
+        raise ValueError(f"invalid mode {mode!r}")
+    if not text and (encoding or errors or newline):
+        raise ValueError("encoding, errors and newline apply only to text mode")
+    if bmode == "r" and settings:
+        raise ValueError("settings apply only to writing; a reader takes them from the file")
+    own = isinstance(file, (str, bytes, os.PathLike))
+    fp = builtins.open(file, bmode + "b") if own else file
+    try:
+        raw = _RawReader(fp, own) if bmode == "r" else _RawWriter(fp, own, settings)
+    except BaseException:
+        if own:
+            fp.close()
+        raise
+    buffered = io.BufferedReader(raw) if bmode == "r" else io.BufferedWriter(raw)
+    if text:
+        return io.TextIOWrapper(buffered, encoding=encoding, errors=errors, newline=newline)
+    return buffered

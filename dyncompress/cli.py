@@ -1,0 +1,532 @@
+"""Command line in the conventions of zstd / xz.
+
+    dyncompress encode FILE        -> FILE.dc, source kept
+    dyncompress decode FILE.dc     -> FILE
+    dyncompress test FILE.dc       decode and verify, write nothing
+    dyncompress info FILE.dc       what the header and frames say
+
+`-` or no file means stdin -> stdout. Output goes to a temporary file renamed
+into place only on success. Errors are one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import click
+
+from . import __version__
+from .adapt import RULES
+from .codec import Settings
+from .errors import DyncompressError
+
+SUFFIX = ".dc"
+CHUNK = 1 << 16
+EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+
+
+class Failure(Exception):
+    """A one-line problem with one file; the run goes on to the next file."""
+
+
+@dataclass
+class Options:
+    output: str | None
+    stdout: bool
+    force: bool
+    remove: bool
+    verbosity: int  # 0 quiet, 1 normal, 2 verbose
+
+    def say(self, message: str, level: int = 2) -> None:
+        if self.verbosity >= level:
+            click.echo(message, err=True)
+
+
+# --- progress -----------------------------------------------------------------------
+
+
+class Progress:
+    """One self-overwriting line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 0.2:
+            self.last = now
+            rate = self.done / max(now - self.start, 1e-9) / 1e3
+            if self.total:
+                pct = 100 * self.done / self.total
+                eta = (self.total - self.done) / max(rate * 1e3, 1e-9)
+                status = f"{pct:5.1f}%  {self.done:,}/{self.total:,} B  {rate:.1f} kB/s  ETA {eta:.0f} s"
+            else:
+                status = f"{self.done:,} B  {rate:.1f} kB/s"
+            sys.stderr.write(f"\r{self.label}: {status}\x1b[K")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.last != self.start:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+# --- output handling ----------------------------------------------------------------
+
+
+class AtomicOutput:
+    """A temporary file beside the target, renamed over it only on success."""
+
+    def __init__(self, target: str, force: bool) -> None:
+        if os.path.exists(target) and not force:
+            raise Failure(f"{target} already exists; use -f to overwrite")
+        directory = os.path.dirname(os.path.abspath(target))
+        fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
+        self.file = os.fdopen(fd, "wb")
+        self.target = target
+
+    def commit(self, like: str | None) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        if like is not None:  # keep the source's permissions and times, as gzip does
+            st = os.stat(like)
+            os.chmod(self.tmp, st.st_mode & 0o7777)
+            os.utime(self.tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(self.tmp, self.target)
+
+    def discard(self) -> None:
+        self.file.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+def _pump(reader, writer, step: Callable[[bytes], bytes]) -> int:
+    """Feed `reader` through `step` into `writer`; returns bytes read."""
+    total = 0
+    while chunk := reader.read(CHUNK):
+        total += len(chunk)
+        writer.write(step(chunk))
+    return total
+
+
+def _run(path: str, opts: Options, target: str | None, work: Callable, reading_compressed: bool) -> None:
+    """Open input and output for one file, run `work(reader, writer, size)`, commit or clean up.
+
+    target: a path, "-" for stdout, or None to write nothing (test).
+    """
+    stdin = path == "-"
+    if stdin and reading_compressed and sys.stdin.isatty():
+        raise Failure("refusing to read compressed data from a terminal")
+    if target == "-" and not reading_compressed and sys.stdout.isatty():
+        raise Failure("refusing to write compressed data to a terminal (use -o FILE or redirect)")
+    reader = sys.stdin.buffer if stdin else _open_input(path)
+    size = None if stdin else os.fstat(reader.fileno()).st_size
+    out = None
+    try:
+        if target is None or target == "-":
+            writer = sys.stdout.buffer if target == "-" else _Discard()
+            work(reader, writer, size)
+            writer.flush()
+            return
+        out = AtomicOutput(target, opts.force)
+        work(reader, out.file, size)
+        out.commit(None if stdin else path)
+        out = None
+    finally:
+        if out is not None:
+            out.discard()
+        if not stdin:
+            reader.close()
+    if opts.remove and not stdin and target not in (None, "-"):
+        os.unlink(path)
+
+
+def _open_input(path: str):
+    if os.path.isdir(path):
+        raise Failure(f"{path} is a directory -- ignored")
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise Failure(f"{path}: no such file") from None
+
+
+class _Discard:
+    def write(self, b: bytes) -> int:
+        return len(b)
+
+    def flush(self) -> None:
+        pass
+
+
+def _summary(name: str, n_in: int, n_out: int, seconds: float, encoding: bool) -> str:
+    original, compressed = (n_in, n_out) if encoding else (n_out, n_in)
+    bpb = 8 * compressed / original if original else 0.0
+    rate = original / max(seconds, 1e-9) / 1e3
+    return f"{name}: {n_in:,} -> {n_out:,} bytes, {bpb:.3f} bits/byte, {seconds:.1f} s, {rate:.1f} kB/s"
+
+
+def describe(name: str, reader) -> str:
+    """`info`: the header's record and a walk over the frames (checksums checked, nothing decoded)."""
+    from .container import Block, FormatError, parse_frame, parse_header
+
+    buf = bytearray()
+    while (parsed := parse_header(buf)) is None:
+        if not (chunk := reader.read(CHUNK)):
+            raise FormatError("truncated file (incomplete header)" if buf else "empty input, not a .dc stream")
+        buf += chunk
+    meta, pos = parsed
+    settings = meta.get("settings", {})
+    blocks = original = 0
+    while True:
+        parsed = parse_frame(buf, pos, int(settings.get("block_size", 1 << 30)))
+        if parsed is None:
+            if not (chunk := reader.read(CHUNK)):
+                raise FormatError("truncated file (the end marker is missing)")
+            del buf[:pos]
+            pos = 0
+            buf += chunk
+            continue
+        frame, pos = parsed
+        if not isinstance(frame, Block):
+            break
+        blocks += 1
+        original += frame.orig_len
+    compressed = reader.tell() - (len(buf) - pos) if hasattr(reader, "tell") and reader.seekable() else None
+    adapt = settings.pop("adapt", {})
+    network = ("hidden", "embed", "seed")
+    lines = [
+        f"{name}:",
+        f"  original size   {original:,} bytes in {blocks} block(s)",
+    ]
+    if compressed is not None:
+        bpb = 8 * compressed / original if original else 0.0
+        lines.append(f"  compressed size {compressed:,} bytes ({bpb:.3f} bits/byte)")
+    lines += [
+        f"  model           {meta.get('model') or 'online (seeded random start)'}",
+        "  network         " + ", ".join(f"{k}={settings[k]}" for k in network if k in settings),
+        "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
+        "  adaptation      " + ", ".join(f"{k}={v}" for k, v in adapt.items()),
+        f"  fingerprint     {meta.get('fingerprint')}",
+        "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
+    ]
+    return "\n".join(lines)
+
+
+# --- the commands -------------------------------------------------------------------
+
+
+def _each(files: tuple[str, ...], opts: Options, one: Callable[[str], None]) -> None:
+    """Run `one` on every file; report failures one line each; exit non-zero if any failed."""
+    files = files or ("-",)
+    if opts.output and len(files) > 1:
+        raise click.UsageError("-o takes a single input file")
+    failed = False
+    for path in files:
+        try:
+            one(path)
+        except (Failure, DyncompressError) as e:
+            message = str(e) if str(e).startswith(path) else f"{_name(path)}: {e}"
+            click.echo(f"dyncompress: {message}", err=True)
+            failed = True
+        except OSError as e:
+            detail = e.strerror or str(e)
+            where = e.filename or _name(path)
+            click.echo(f"dyncompress: {where}: {detail}", err=True)
+            failed = True
+    if failed:
+        sys.exit(EXIT_ERROR)
+
+
+def _name(path: str) -> str:
+    return "(stdin)" if path == "-" else path
+
+
+def _output_target(path: str, opts: Options, make_name: Callable[[str], str]) -> str:
+    """Where one input goes: a path, or "-" for stdout."""
+    if opts.stdout or path == "-" and not opts.output:
+        return "-"
+    return opts.output or make_name(path)
+
+
+common = [
+    click.option("-o", "--output", metavar="FILE", help="Write to FILE ('-' for stdout); one input only."),
+    click.option("-c", "--stdout", "to_stdout", is_flag=True, help="Write to stdout; keep the input."),
+    click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
+    click.option("-k", "--keep", is_flag=True, help="Keep the input file (the default)."),
+    click.option("--rm", "remove", is_flag=True, help="Remove the input file after success."),
+    click.option("-q", "--quiet", count=True, help="No progress; -qq: no warnings either."),
+    click.option("-v", "--verbose", count=True, help="Print a summary per file."),
+    click.option(
+        "-T",
+        "--threads",
+        type=click.IntRange(1, 256),
+        default=1,
+        show_default=True,
+        help="CPU threads for torch (does not change the output).",
+    ),
+]
+
+
+def with_common(f):
+    for option in reversed(common):
+        f = option(f)
+    return f
+
+
+def _options(output, to_stdout, force, keep, remove, quiet, verbose, threads) -> Options:
+    if keep and remove:
+        raise click.UsageError("-k and --rm contradict each other")
+    if output == "-":
+        to_stdout, output = True, None
+    if remove and to_stdout:
+        raise click.UsageError("--rm cannot be used when writing to stdout")
+    import torch
+
+    torch.set_num_threads(threads)
+    return Options(output, to_stdout, force, remove, max(0, 1 + verbose - quiet))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="dyncompress")
+def main() -> None:
+    """Lossless compression with a byte-level mLSTM that learns the text while it codes it.
+
+    Every segment of coded bytes, encoder and decoder take the same gradient step,
+    so the model adapts to the file. Decoding needs the same kind of machine and
+    software (checked up front; every block is checksummed).
+    """
+
+
+D = Settings()
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@with_common
+@click.option("--hidden", type=click.IntRange(1), default=D.hidden, show_default=True, help="mLSTM hidden units.")
+@click.option("--embed", type=click.IntRange(1), default=D.embed, show_default=True, help="Byte embedding size.")
+@click.option(
+    "--lanes",
+    type=click.IntRange(1),
+    default=D.lanes,
+    show_default=True,
+    help="Parallel streams per block, coded as one batch (more: faster, slightly larger).",
+)
+@click.option(
+    "--segment-len",
+    type=click.IntRange(1),
+    default=D.segment_len,
+    show_default=True,
+    help="Bytes per lane between two gradient steps.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(1, 1 << 30),
+    default=D.block_size,
+    show_default=True,
+    help="Bytes per block (bounds memory; adaptation carries across blocks).",
+)
+@click.option(
+    "--rule",
+    type=click.Choice(RULES),
+    default=D.adapt.rule,
+    show_default=True,
+    help="Update rule. sgd: plain gradient steps. rms: Adam/RMSprop statistics gathered on the "
+    "stream (the rule for online mode). rms-decay: RMS-normalised steps plus decay toward the "
+    "starting weights; with no pretrained model its RMS comes from the stream too.",
+)
+@click.option("--lr", type=click.FloatRange(0), default=D.adapt.lr, show_default=True, help="Learning rate.")
+@click.option(
+    "--decay",
+    type=click.FloatRange(0),
+    default=D.adapt.decay,
+    show_default=True,
+    help="Decay toward the starting weights (rms-decay's lambda).",
+)
+@click.option(
+    "--beta1",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=D.adapt.beta1,
+    show_default=True,
+    help="Momentum of the rms rule (0: RMSprop).",
+)
+@click.option(
+    "--beta2",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=D.adapt.beta2,
+    show_default=True,
+    help="Decay of the mean squared gradients.",
+)
+@click.option(
+    "--eps", type=click.FloatRange(0, min_open=True), default=D.adapt.eps, show_default=True, help="Added to the RMS."
+)
+@click.option(
+    "--clip",
+    type=click.FloatRange(0),
+    default=D.adapt.clip,
+    show_default=True,
+    help="Max gradient norm per step (0: none).",
+)
+@click.option(
+    "--seed", type=click.IntRange(0, 2**63 - 1), default=D.seed, show_default=True, help="Seed of the starting weights."
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default=None,
+    help="Where the model runs [default: cuda when available, else cpu]. A file decodes only on the same device kind.",
+)
+def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, threads, device, **knobs):
+    """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout)."""
+    from .api import Compressor, make_settings
+
+    opts = _options(output, to_stdout, force, keep, remove, quiet, verbose, threads)
+    try:
+        settings = make_settings(**knobs, **({"device": device} if device else {}))
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+    def one(path: str) -> None:
+        if path != "-" and path.endswith(SUFFIX) and not opts.force:
+            raise Failure(f"already has {SUFFIX} suffix -- ignored (use -f to compress anyway)")
+        target = _output_target(path, opts, lambda p: p + SUFFIX)
+        started = time.monotonic()
+        counts = {}
+
+        def work(reader, writer, size):
+            progress = Progress(_name(path), size, opts.verbosity >= 1)
+            try:
+                comp = Compressor(settings, progress=progress)
+                written = 0
+
+                def step(chunk: bytes) -> bytes:
+                    nonlocal written
+                    out = comp.compress(chunk)
+                    written += len(out)
+                    return out
+
+                counts["in"] = _pump(reader, writer, step)
+                tail = comp.flush()
+                writer.write(tail)
+                counts["out"] = written + len(tail)
+            finally:
+                progress.close()
+
+        _run(path, opts, target, work, reading_compressed=False)
+        opts.say(_summary(_name(path), counts["in"], counts["out"], time.monotonic() - started, True))
+
+    _each(files, opts, one)
+
+
+class _Counting:
+    def __init__(self, reader) -> None:
+        self.reader, self.total = reader, 0
+
+    def read(self, n: int) -> bytes:
+        data = self.reader.read(n)
+        self.total += len(data)
+        return data
+
+
+def _decode_files(files, opts: Options, testing: bool) -> None:
+    from .api import iter_decompress
+
+    def strip(p: str) -> str:
+        if not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX:
+            raise Failure(f"unknown suffix (expected {SUFFIX}) -- ignored; use -o NAME or -c")
+        return p[: -len(SUFFIX)]
+
+    def one(path: str) -> None:
+        target = None if testing else _output_target(path, opts, strip)
+        started = time.monotonic()
+        counts = {}
+
+        def work(reader, writer, size):
+            progress = Progress(_name(path), None, opts.verbosity >= 1)
+            counted = _Counting(reader)
+            try:
+                produced = 0
+                for piece in iter_decompress(counted.read, progress, CHUNK):
+                    writer.write(piece)
+                    produced += len(piece)
+                counts["in"], counts["out"] = counted.total, produced
+            finally:
+                progress.close()
+
+        _run(path, opts, target, work, reading_compressed=True)
+        seconds = time.monotonic() - started
+        if testing:
+            opts.say(f"{_name(path)}: OK", level=2)
+        else:
+            opts.say(_summary(_name(path), counts["in"], counts["out"], seconds, False))
+
+    _each(files, opts, one)
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@with_common
+@click.option("-t", "--test", "testing", is_flag=True, help="Decode and verify; write nothing.")
+def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, threads, testing):
+    """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout)."""
+    opts = _options(output, to_stdout, force, keep, remove, quiet, verbose, threads)
+    if testing:
+        opts.stdout, opts.remove = False, False
+    _decode_files(files, opts, testing)
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("-q", "--quiet", count=True, help="Print nothing; the exit code tells.")
+@click.option("-v", "--verbose", count=True, help="Print FILE: OK per good file (the default).")
+@click.option("-T", "--threads", type=click.IntRange(1, 256), default=1, show_default=True)
+def test(files, quiet, verbose, threads):
+    """Decode FILES and verify them against their checksums, writing nothing."""
+    opts = _options(None, False, False, False, False, quiet, verbose + 1, threads)
+    _decode_files(files, opts, testing=True)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+def info(files):
+    """Print what the header and frames of FILES say (no decoding)."""
+    opts = Options(None, False, False, False, 1)
+
+    def one(path: str) -> None:
+        reader = sys.stdin.buffer if path == "-" else _open_input(path)
+        try:
+            click.echo(describe(_name(path), reader))
+        finally:
+            if path != "-":
+                reader.close()
+
+    _each(files, opts, one)
+
+
+def run() -> None:
+    """Entry point: one-line errors, exit 130 on Ctrl-C, quiet on a closed pipe."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("dyncompress: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("dyncompress: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(EXIT_ERROR)

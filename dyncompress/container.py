@@ -1,0 +1,156 @@
+"""The .dc file format: header, block frames, end marker. Pack and parse side by side.
+
+    header  = MAGIC (8) | version u16 | meta_len u32 | meta (UTF-8 JSON) | crc32 u32
+    block   = 0x01 | orig_len u32 | payload_len u32 | payload_crc32 u32
+                   | digest (8, BLAKE2b of the original block) | crc32 u32 | payload
+    end     = 0x00 | total_len u64 | blocks u32 | digest (16, BLAKE2b of all original bytes)
+                   | crc32 u32
+
+All integers little-endian. Every byte of the file is covered by a CRC, so a
+corrupted file is refused before the model runs on it, and the digest of the
+original bytes catches a decoder that drifted from the encoder. `meta` holds
+everything decoding needs; the decoder trusts it, never its own defaults.
+
+Parsers take a buffer and an offset and return (value, next_offset), or None
+when the buffer does not yet hold the whole item (streaming); bad data raises
+FormatError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+
+from .errors import DyncompressError
+
+MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
+VERSION = 1
+MAX_META = 1 << 20
+
+_HEAD = struct.Struct("<8sHI")
+_BLOCK = struct.Struct("<BIII8s")
+_END = struct.Struct("<BQI16s")
+_CRC = struct.Struct("<I")
+TAG_END, TAG_BLOCK = 0, 1
+
+
+class FormatError(DyncompressError):
+    """The bytes are not a valid .dc stream (message is one line for the user)."""
+
+
+def block_digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+def stream_digest() -> hashlib.blake2b:
+    return hashlib.blake2b(digest_size=16)
+
+
+def _crc(*parts: bytes) -> int:
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return crc
+
+
+# --- header -------------------------------------------------------------------------
+
+
+def pack_header(meta: dict) -> bytes:
+    body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    head = _HEAD.pack(MAGIC, VERSION, len(body)) + body
+    return head + _CRC.pack(_crc(head))
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dict, int] | None:
+    fixed = bytes(buf[pos : pos + _HEAD.size])
+    if fixed[: len(MAGIC)] != MAGIC[: len(fixed)]:
+        raise FormatError("not a dyncompress file (bad magic bytes)")
+    if len(fixed) < _HEAD.size:
+        return None
+    _, version, meta_len = _HEAD.unpack(fixed)
+    if version != VERSION:
+        raise FormatError(f"unsupported format version {version} (this dyncompress reads version {VERSION})")
+    if meta_len > MAX_META:
+        raise FormatError("corrupt header (implausible length)")
+    end = pos + _HEAD.size + meta_len + _CRC.size
+    if len(buf) < end:
+        return None
+    head = bytes(buf[pos : end - _CRC.size])
+    if _CRC.unpack(bytes(buf[end - _CRC.size : end]))[0] != _crc(head):
+        raise FormatError("corrupt header (checksum mismatch)")
+    try:
+        meta = json.loads(head[_HEAD.size :])
+    except ValueError as e:
+        raise FormatError(f"corrupt header ({e})") from None
+    if not isinstance(meta, dict):
+        raise FormatError("corrupt header (not a settings record)")
+    return meta, end
+
+
+# --- frames -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    orig_len: int
+    digest: bytes
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class End:
+    total_len: int
+    blocks: int
+    digest: bytes
+
+
+def pack_block(data: bytes, payload: bytes) -> bytes:
+    head = _BLOCK.pack(TAG_BLOCK, len(data), len(payload), zlib.crc32(payload), block_digest(data))
+    return head + _CRC.pack(_crc(head)) + payload
+
+
+def pack_end(total_len: int, blocks: int, digest: bytes) -> bytes:
+    body = _END.pack(TAG_END, total_len, blocks, digest)
+    return body + _CRC.pack(_crc(body))
+
+
+def max_payload(orig_len: int) -> int:
+    """Bound on a block's range-coded size: 24 bits per byte at worst, plus the flush."""
+    return 3 * orig_len + 16
+
+
+def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) -> tuple[Block | End, int] | None:
+    if len(buf) <= pos:
+        return None
+    tag = buf[pos]
+    if tag == TAG_BLOCK:
+        end_head = pos + _BLOCK.size + _CRC.size
+        if len(buf) < end_head:
+            return None
+        head = bytes(buf[pos : pos + _BLOCK.size])
+        if _CRC.unpack(bytes(buf[pos + _BLOCK.size : end_head]))[0] != _crc(head):
+            raise FormatError("corrupt block header (checksum mismatch)")
+        _, orig_len, payload_len, payload_crc, digest = _BLOCK.unpack(head)
+        if not 0 < orig_len <= block_size or payload_len > max_payload(orig_len) or payload_len % 4:
+            raise FormatError("corrupt block header (impossible lengths)")
+        end = end_head + payload_len
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[end_head:end])
+        if zlib.crc32(payload) != payload_crc:
+            raise FormatError("corrupt compressed data (block checksum mismatch)")
+        return Block(orig_len, digest, payload), end
+    if tag == TAG_END:
+        end = pos + _END.size + _CRC.size
+        if len(buf) < end:
+            return None
+        body = bytes(buf[pos : pos + _END.size])
+        if _CRC.unpack(bytes(buf[pos + _END.size : end]))[0] != _crc(body):
+            raise FormatError("corrupt end marker (checksum mismatch)")
+        _, total_len, blocks, digest = _END.unpack(body)
+        return End(total_len, blocks, digest), end
+    raise FormatError(f"corrupt data (unknown frame tag {tag})")
