@@ -102,15 +102,15 @@ def lane_lengths(length: int, lanes: int) -> tuple[int, np.ndarray]:
 
 
 def to_lanes(data: bytes, lanes: int) -> np.ndarray:
-    """Block bytes -> (steps, lanes) uint8, lane i holding a contiguous part, zero padded."""
+    """Block bytes -> (steps, lanes) int32, lane i holding a contiguous part, zero padded."""
     steps, _ = lane_lengths(len(data), lanes)
-    flat = np.zeros(steps * lanes, dtype=np.uint8)
+    flat = np.zeros(steps * lanes, dtype=np.int32)
     flat[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     return np.ascontiguousarray(flat.reshape(lanes, steps).T)
 
 
 def from_lanes(tokens: np.ndarray, length: int) -> bytes:
-    return tokens.T.reshape(-1)[:length].tobytes()
+    return tokens.T.reshape(-1)[:length].astype(np.uint8).tobytes()
 
 
 class Codec:
@@ -132,7 +132,7 @@ class Codec:
         length: int,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        """Code one block in place: `tokens` is (steps, lanes) uint8, read or filled by `coder`."""
+        """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
         steps, lens = lane_lengths(length, self.s.lanes)
         assert tokens.shape == (steps, self.s.lanes)
         active = (lens[None, :] > np.arange(steps)[:, None]).sum(axis=1)  # (steps,) lanes in play
@@ -142,7 +142,7 @@ class Codec:
                 probs = self.net.step(t - start)  # (B, 256)
                 k = int(active[t])
                 coder.code(frequencies(probs[:k].cpu().numpy()), tokens[t, :k])
-                self.net.feed(torch.from_numpy(tokens[t].astype(np.int64)).to(self.device))
+                self.net.feed(torch.from_numpy(tokens[t]).to(self.device))
             self._adapt(tokens[start:stop], active[start:stop])
             if progress is not None:
                 progress(int(np.minimum(lens, stop).sum() - np.minimum(lens, start).sum()))
@@ -166,7 +166,7 @@ def encode_block(codec: Codec, data: bytes, progress=None) -> bytes:
 
 def decode_block(codec: Codec, payload: bytes, length: int, progress=None) -> bytes:
     steps, _ = lane_lengths(length, codec.s.lanes)
-    tokens = np.zeros((steps, codec.s.lanes), dtype=np.uint8)
+    tokens = np.zeros((steps, codec.s.lanes), dtype=np.int32)
     codec.code_block(Decoder(payload), tokens, length, progress)
     return from_lanes(tokens, length)
 

@@ -27,29 +27,30 @@ def frequencies(probs: np.ndarray) -> np.ndarray:
     Pure IEEE arithmetic (multiply, floor, integer sums): the same on every CPU.
     """
     alphabet = probs.shape[-1]
-    p = np.clip(np.nan_to_num(probs.astype(np.float64), nan=0.0), 0.0, 1.0)
-    q = np.floor(p * (FREQ_TOTAL - alphabet)) + 1.0  # each >= 1, sum <= total
+    # fmax/fmin map NaN to a bound; the tiny floor keeps an all-zero row codable
+    p = np.fmin(np.fmax(probs, 0.0), 1.0, dtype=np.float64) + 2.0**-40
+    scale = (FREQ_TOTAL - alphabet) / p.sum(axis=-1, keepdims=True)
+    q = np.floor(p * scale) + 1.0  # each >= 1, sum <= total (up to one unit of rounding)
     # the rounding remainder goes to the most probable symbol, so the sum is exact
-    rows = np.arange(len(q))
-    q[rows, q.argmax(axis=-1)] += FREQ_TOTAL - q.sum(axis=-1)
+    q[np.arange(len(q)), q.argmax(axis=-1)] += FREQ_TOTAL - q.sum(axis=-1)
     return q
 
 
 class Encoder:
-    """Codes known symbols. `code` reads `symbols`."""
+    """Codes known symbols. `code` reads `symbols` (int32)."""
 
     def __init__(self) -> None:
         self._coder = constriction.stream.queue.RangeEncoder()
 
     def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
-        self._coder.encode(symbols.astype(np.int32), _MODEL, freqs)
+        self._coder.encode(symbols, _MODEL, freqs)
 
     def finish(self) -> bytes:
         return self._coder.get_compressed().astype("<u4").tobytes()
 
 
 class Decoder:
-    """Recovers symbols. `code` writes into `symbols` (a view of the output)."""
+    """Recovers symbols. `code` writes into `symbols` (an int32 view of the output)."""
 
     def __init__(self, payload: bytes) -> None:
         if len(payload) % 4:

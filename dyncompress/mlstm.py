@@ -111,15 +111,15 @@ class MLSTM:
         self.prev = torch.zeros(B, dtype=torch.long, device=theta.device)
 
     def feed(self, prev: torch.Tensor) -> None:
-        """The byte each lane saw last, input of the next step: (B,) int64."""
+        """The byte each lane saw last, input of the next step: (B,) integers."""
         self.prev = prev
 
     @torch.no_grad()
     def step(self, t: int) -> torch.Tensor:
         """Step t of the segment for every lane; returns next-byte probabilities (B, 256)."""
         w, H = self.w, self.shape.hidden
-        self.IN[t].copy_(self.prev)
-        ex = torch.mm(torch.nn.functional.embedding(self.prev, w["emb"]), w["w_e"], out=self.EX[t])
+        prev = self.IN[t].copy_(self.prev)
+        ex = torch.mm(torch.nn.functional.embedding(prev, w["emb"]), w["w_e"], out=self.EX[t])
         hm = torch.mm(self.HS[t], w["w_mh"], out=self.HM[t])
         m = torch.mul(ex[:, :H], hm, out=self.M[t])
         z = torch.addmm(w["b"], m, w["w_m"], out=self.Z[t]).add_(ex[:, H:])

@@ -1,0 +1,171 @@
+"""The lzma-shaped API: round trips of real and awkward data, streaming, damage."""
+
+import io
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+import dyncompress
+from conftest import SMALL, corpus
+from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
+from dyncompress.container import MAGIC, VERSION, pack_header, parse_header
+
+RNG = np.random.default_rng(0)
+CASES = {
+    "empty": b"",
+    "one byte": b"A",
+    "all 256 byte values": bytes(range(256)),
+    "random bytes": bytes(RNG.integers(0, 256, 3000, dtype=np.uint8)),
+    "invalid utf-8": b"caf\xc3 \xff\xfe\xc0\xaf ok \xed\xa0\x80" * 20,
+    "long run": b"\x00" * 5000 + b"z" * 3000,
+    "binary (calgary obj1)": corpus("calgary_obj1")[:6000],
+    "english (xargs.1)": corpus("xargs.1"),
+    "c source": corpus("fields.c")[:5000],
+    "wiki xml (enwik8 head)": corpus("enwik4")[:5000],
+    "spanish": corpus("quijote_8k.txt")[:4000],
+    "chinese": corpus("hongloumeng_6k.txt")[:3000],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_round_trip(name):
+    data = CASES[name]
+    packed = compress(data, **SMALL)
+    assert decompress(packed) == data
+
+
+def test_text_compresses():
+    data = corpus("alice29.txt")[:12000]
+    packed = compress(data, hidden=64, embed=32, lanes=4, device="cpu")
+    assert len(packed) < 0.75 * len(data)
+
+
+@pytest.mark.parametrize("lanes", [1, 3, 16, 64])
+def test_more_lanes_than_bytes_and_odd_lane_counts(lanes):
+    for data in (b"xy", b"hello, world", corpus("grammar.lsp")[:777]):
+        assert decompress(compress(data, **{**SMALL, "lanes": lanes})) == data
+
+
+def test_several_blocks_and_incremental_objects():
+    data = corpus("enwik4")[:6000]
+    settings = {**SMALL, "block_size": 1000}
+    comp = Compressor(**settings)
+    pieces = [comp.compress(data[i : i + 777]) for i in range(0, len(data), 777)]
+    packed = b"".join(pieces) + comp.flush()
+    assert packed == compress(data, **settings)  # chunking does not change the output
+    assert sum(1 for p in pieces if p) >= 5  # blocks come out as soon as they are full
+
+    dec, out = Decompressor(), []
+    for i in range(0, len(packed), 333):
+        out.append(dec.decompress(packed[i : i + 333]))
+    assert dec.eof and b"".join(out) == data
+    with pytest.raises(EOFError):
+        dec.decompress(b"more")
+
+
+def test_concatenated_streams_and_trailing_garbage():
+    a, b = compress(b"first part ", **SMALL), compress(b"second part", **SMALL)
+    assert decompress(a + b) == b"first part second part"
+    with pytest.raises(DyncompressError, match="trailing garbage"):
+        decompress(a + b"\x00garbage")
+
+
+def test_every_truncation_fails_cleanly():
+    packed = compress(b"truncate me, please", **SMALL)
+    for cut in range(len(packed)):
+        with pytest.raises(DyncompressError):
+            decompress(packed[:cut])
+
+
+def test_every_single_byte_corruption_fails_cleanly():
+    data = b"no silent corruption, ever."
+    packed = compress(data, **SMALL)
+    for i in range(len(packed)):
+        bad = bytearray(packed)
+        bad[i] ^= 0x20
+        try:
+            out = decompress(bytes(bad))
+        except DyncompressError:
+            continue
+        raise AssertionError(f"corruption at byte {i} decoded to {out!r}")
+
+
+def _rewrite_header(packed: bytes, edit) -> bytes:
+    meta, end = parse_header(packed)
+    edit(meta)
+    return pack_header(meta) + packed[end:]
+
+
+def test_mismatched_fingerprint_is_refused_up_front():
+    packed = compress(b"fingerprint", **SMALL)
+    forged = _rewrite_header(packed, lambda m: m.update(fingerprint="0000000000000000"))
+    with pytest.raises(DyncompressError, match="different floating-point results.*0000000000000000"):
+        decompress(forged)
+
+
+def test_cuda_file_on_a_cpu_machine_is_refused(monkeypatch):
+    packed = compress(b"gpu", **SMALL)
+    forged = _rewrite_header(packed, lambda m: m["settings"].update(device="cuda"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(DyncompressError, match="CUDA"):
+        decompress(forged)
+
+
+def test_unsupported_version_and_wrong_magic():
+    packed = compress(b"v", **SMALL)
+    body = packed[len(MAGIC) + 6 : packed.index(b"}" * 1) + 1]
+    meta = json.loads(packed[len(MAGIC) + 6 :].split(b"}}")[0] + b"}}")
+    body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    head = struct.pack("<8sHI", MAGIC, VERSION + 1, len(body)) + body
+    with pytest.raises(DyncompressError, match="unsupported format version"):
+        decompress(head + struct.pack("<I", zlib.crc32(head)))
+    with pytest.raises(DyncompressError, match="not a dyncompress file"):
+        decompress(zlib.compress(b"gzip-like data"))
+
+
+def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
+    """If the decoder's floats drift anyway, the block checksum stops it."""
+    data = corpus("xargs.1")[:1500]
+    packed = compress(data, **SMALL)
+    import dyncompress.api as api
+    import dyncompress.codec as codec
+
+    real_init = codec.init_params
+
+    def nudged(shape, seed):
+        theta = real_init(shape, seed)
+        theta[len(theta) // 2] += 1e-3
+        return theta
+
+    expected = parse_header(packed)[0]["fingerprint"]
+    monkeypatch.setattr(codec, "init_params", nudged)
+    monkeypatch.setattr(api, "fingerprint", lambda settings: expected)  # slip past the up-front check
+    dec = Decompressor()
+    with pytest.raises(DyncompressError, match="diverged"):
+        dec.decompress(packed)
+
+
+def test_open_binary_and_text(tmp_path):
+    path = tmp_path / "notes.dc"
+    text = corpus("quijote_8k.txt").decode()[:3000]
+    with dyncompress.open(path, "wt", encoding="utf-8", newline="", **SMALL) as f:
+        f.write(text)
+    with dyncompress.open(path, "rt", encoding="utf-8", newline="") as f:
+        assert f.read() == text
+    with dyncompress.open(path, "rb") as f:
+        assert f.read(10) == text.encode()[:10]
+        assert f.read() == text.encode()[10:]
+    buf = io.BytesIO()
+    with dyncompress.open(buf, "wb", **SMALL) as f:
+        f.write(b"to a file object")
+    assert not buf.closed and decompress(buf.getvalue()) == b"to a file object"
+    with pytest.raises(ValueError):
+        dyncompress.open(path, "rw")
+
+
+def test_unknown_setting_is_a_type_error():
+    with pytest.raises(TypeError, match="hidden_size"):
+        compress(b"x", hidden_size=10)

@@ -1,0 +1,159 @@
+"""The command line, run for real in fresh processes: files, pipes, refusals, exit codes."""
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SMALL, corpus, run_cli
+from dyncompress import compress, decompress
+
+KNOBS = ["--hidden", "32", "--embed", "16", "--lanes", "8", "--segment-len", "8", "--device", "cpu"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "xargs.1"
+    path.write_bytes(corpus("xargs.1"))
+    return path
+
+
+def test_encode_decode_files_keep_refuse_force_rm(text_file):
+    original = text_file.read_bytes()
+    packed = text_file.with_name("xargs.1.dc")
+    r = run_cli("encode", "-v", *KNOBS, text_file)
+    assert r.returncode == 0, r.stderr
+    assert text_file.exists() and packed.exists()  # source kept
+    assert b"bits/byte" in r.stderr and b"kB/s" in r.stderr
+    assert packed.read_bytes() == compress(original, **SMALL)  # the CLI and the API agree
+
+    r = run_cli("encode", *KNOBS, text_file)  # refuses to overwrite
+    assert r.returncode == 1 and b"already exists" in r.stderr and b"Traceback" not in r.stderr
+    r = run_cli("decode", packed)  # refuses to overwrite the source either
+    assert r.returncode == 1 and b"already exists" in r.stderr
+
+    text_file.unlink()
+    r = run_cli("decode", "--rm", packed)
+    assert r.returncode == 0, r.stderr
+    assert text_file.read_bytes() == original and not packed.exists()
+
+    r = run_cli("encode", "-f", "--rm", *KNOBS, text_file)
+    assert r.returncode == 0 and packed.exists() and not text_file.exists()
+    assert list(text_file.parent.iterdir()) == [packed]  # no temporary files left behind
+
+
+def test_stdin_stdout_and_output_option(tmp_path):
+    data = corpus("grammar.lsp")
+    r = run_cli("encode", *KNOBS, input=data)  # no file: stdin -> stdout
+    assert r.returncode == 0 and decompress(r.stdout) == data
+    r2 = run_cli("decode", "-", input=r.stdout)
+    assert r2.returncode == 0 and r2.stdout == data
+    out = tmp_path / "named.dc"
+    r3 = run_cli("encode", *KNOBS, "-o", out, "-", input=data)
+    assert r3.returncode == 0 and out.read_bytes() == r.stdout
+    r4 = run_cli("decode", "-c", out)
+    assert r4.stdout == data and out.exists()
+
+
+def test_test_and_info_and_damaged_files(tmp_path, text_file):
+    assert run_cli("encode", *KNOBS, text_file).returncode == 0
+    packed = text_file.with_name("xargs.1.dc")
+    r = run_cli("test", packed)
+    assert r.returncode == 0 and b"OK" in r.stderr
+    r = run_cli("decode", "-t", packed)
+    assert r.returncode == 0 and r.stdout == b""
+
+    r = run_cli("info", packed)
+    assert r.returncode == 0 and b"original size   4,227 bytes" in r.stdout and b"hidden=32" in r.stdout
+
+    data = packed.read_bytes()
+    cut = tmp_path / "cut.dc"
+    cut.write_bytes(data[: len(data) // 2])
+    bad = tmp_path / "bad.dc"
+    bad.write_bytes(data[:-100] + bytes([data[-100] ^ 1]) + data[-99:])  # inside the coded block
+    for damaged, why in ((cut, b"truncated"), (bad, b"corrupt")):
+        r = run_cli("decode", damaged)
+        assert r.returncode == 1, r.stderr
+        assert why in r.stderr and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
+        assert not damaged.with_suffix("").exists()  # no half-written output
+        assert run_cli("test", damaged).returncode == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.dc", "cut.dc", "xargs.1", "xargs.1.dc"]
+
+
+def test_bad_inputs_give_one_line_errors(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"not compressed")
+    cases = [
+        (["decode", tmp_path / "missing.dc"], b"no such file"),
+        (["decode", plain], b"unknown suffix"),
+        (["decode", "-c", plain], b"not a dyncompress file"),
+        (["encode", tmp_path], b"is a directory"),
+    ]
+    for args, message in cases:
+        r = run_cli(*args)
+        assert r.returncode == 1 and message in r.stderr, (args, r.stderr)
+        assert b"Traceback" not in r.stderr
+    r = run_cli("encode", "--lanes", "0", plain)
+    assert r.returncode == 2 and b"Traceback" not in r.stderr  # usage error
+
+
+def test_disk_full_is_a_clean_error():
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run(
+            [sys.executable, "-m", "dyncompress", "encode", *KNOBS, "-c"],
+            input=corpus("grammar.lsp"),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    assert r.returncode == 1 and b"No space left" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_never_writes_compressed_data_to_a_terminal(text_file):
+    leader, follower = pty.openpty()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "dyncompress", "encode", *KNOBS, "-c", str(text_file)],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert r.returncode == 1 and b"terminal" in r.stderr
+
+
+def test_interrupt_leaves_nothing_behind(tmp_path):
+    big = tmp_path / "alice29.txt"
+    big.write_bytes(corpus("alice29.txt"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dyncompress", "encode", "--hidden", "256", "--lanes", "1", str(big)],
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 60
+    while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):  # encoding has begun
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["alice29.txt"]
+
+
+def test_decode_in_fresh_process_with_other_thread_count(tmp_path):
+    data = corpus("enwik4")[:4000]
+    packed = tmp_path / "enwik.dc"
+    packed.write_bytes(compress(data, **{**SMALL, "hidden": 64, "lanes": 4}))  # this process, 1 thread
+    r = run_cli("decode", "-c", "--threads", "2", packed, env={"OMP_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == data
+
+
+def test_module_and_version():
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith(b"dyncompress")
