@@ -23,7 +23,16 @@ import torch
 
 from . import __version__
 from .adapt import AdaptSettings
-from .codec import Codec, Settings, decode_block, default_device, encode_block, fingerprint
+from .codec import (
+    DEFAULT_LEVEL,
+    Codec,
+    Settings,
+    decode_block,
+    default_device,
+    encode_block,
+    fingerprint,
+    level_settings,
+)
 from .container import (
     Block,
     FormatError,
@@ -41,12 +50,14 @@ Progress = Callable[[int], None]
 _ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
 
 
-def make_settings(settings: Settings | None = None, **overrides) -> Settings:
-    """Settings from keyword overrides (`lanes=8`, `rule="sgd"`, `lr=1e-3`, ...).
+def make_settings(settings: Settings | None = None, *, level: int | None = None, **overrides) -> Settings:
+    """Settings from a level (1 ... 9, default 6) and keyword overrides (`lanes=8`, `rule="sgd"`, ...).
 
     The device defaults to CUDA when available, else the CPU.
     """
-    base = settings or Settings(device=default_device())
+    if settings is not None and level is not None:
+        raise TypeError("give either settings or a level, not both")
+    base = settings or level_settings(level or DEFAULT_LEVEL, overrides.pop("device", None) or default_device())
     adapt = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPT_KEYS}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:

@@ -202,7 +202,7 @@ def describe(name: str, reader) -> str:
         original += frame.orig_len
     compressed = reader.tell() - (len(buf) - pos) if hasattr(reader, "tell") and reader.seekable() else None
     adapt = settings.pop("adapt", {})
-    network = ("hidden", "embed", "seed")
+    network = ("hidden", "seed")
     lines = [
         f"{name}:",
         f"  original size   {original:,} bytes in {blocks} block(s)",
@@ -263,7 +263,7 @@ common = [
     click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
     click.option("-k", "--keep", is_flag=True, help="Keep the input file (the default)."),
     click.option("--rm", "remove", is_flag=True, help="Remove the input file after success."),
-    click.option("-q", "--quiet", count=True, help="No progress; -qq: no warnings either."),
+    click.option("-q", "--quiet", count=True, help="No progress bar."),
     click.option("-v", "--verbose", count=True, help="Print a summary per file."),
     click.option(
         "-T",
@@ -309,89 +309,66 @@ def main() -> None:
 D = Settings()
 
 
+def knob(name: str, kind, help: str):
+    """An encoder setting; unset means: as the level says."""
+    return click.option(name, type=kind, default=None, help=help)
+
+
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @with_common
-@click.option("--hidden", type=click.IntRange(1), default=D.hidden, show_default=True, help="mLSTM hidden units.")
-@click.option("--embed", type=click.IntRange(1), default=D.embed, show_default=True, help="Byte embedding size.")
-@click.option(
+@click.option("-1", "level", flag_value=1, help="Level -1 (fastest) ... -9 (smallest), default -6.")
+@click.option("-2", "level", flag_value=2, hidden=True)
+@click.option("-3", "level", flag_value=3, hidden=True)
+@click.option("-4", "level", flag_value=4, hidden=True)
+@click.option("-5", "level", flag_value=5, hidden=True)
+@click.option("-6", "level", flag_value=6, hidden=True)
+@click.option("-7", "level", flag_value=7, hidden=True)
+@click.option("-8", "level", flag_value=8, hidden=True)
+@click.option("-9", "level", flag_value=9, hidden=True)
+@knob("--hidden", click.IntRange(1), f"mLSTM hidden units [-6: {D.hidden}].")
+@knob(
     "--lanes",
-    type=click.IntRange(1),
-    default=D.lanes,
-    show_default=True,
-    help="Parallel streams per block, coded as one batch (more: faster, slightly larger).",
+    click.IntRange(1),
+    f"Parallel streams per block, coded as one batch (more: faster, larger output) [-6: {D.lanes}].",
 )
-@click.option(
-    "--segment-len",
-    type=click.IntRange(1),
-    default=D.segment_len,
-    show_default=True,
-    help="Bytes per lane between two gradient steps.",
-)
-@click.option(
+@knob("--segment-len", click.IntRange(1), f"Bytes per lane between two gradient steps [-6: {D.segment_len}].")
+@knob(
     "--block-size",
-    type=click.IntRange(1, 1 << 30),
-    default=D.block_size,
-    show_default=True,
-    help="Bytes per block (bounds memory; adaptation carries across blocks).",
+    click.IntRange(1, 1 << 30),
+    f"Bytes per block (bounds memory; adaptation carries across blocks) [{D.block_size}].",
 )
-@click.option(
+@knob(
     "--rule",
-    type=click.Choice(RULES),
-    default=D.adapt.rule,
-    show_default=True,
-    help="Update rule. sgd: plain gradient steps. rms: Adam/RMSprop statistics gathered on the "
-    "stream (the rule for online mode). rms-decay: RMS-normalised steps plus decay toward the "
-    "starting weights; with no pretrained model its RMS comes from the stream too.",
+    click.Choice(RULES),
+    "Update rule. sgd: plain gradient steps. rms: Adam/RMSprop statistics gathered on the stream "
+    "(the rule for online mode). rms-decay: RMS-normalised steps plus decay toward the starting "
+    "weights; until pretrained models with training-set statistics exist, its RMS comes from the "
+    f"stream too [{D.adapt.rule}].",
 )
-@click.option("--lr", type=click.FloatRange(0), default=D.adapt.lr, show_default=True, help="Learning rate.")
-@click.option(
-    "--decay",
-    type=click.FloatRange(0),
-    default=D.adapt.decay,
-    show_default=True,
-    help="Decay toward the starting weights (rms-decay's lambda).",
-)
-@click.option(
-    "--beta1",
-    type=click.FloatRange(0, 1, max_open=True),
-    default=D.adapt.beta1,
-    show_default=True,
-    help="Momentum of the rms rule (0: RMSprop).",
-)
-@click.option(
-    "--beta2",
-    type=click.FloatRange(0, 1, max_open=True),
-    default=D.adapt.beta2,
-    show_default=True,
-    help="Decay of the mean squared gradients.",
-)
-@click.option(
-    "--eps", type=click.FloatRange(0, min_open=True), default=D.adapt.eps, show_default=True, help="Added to the RMS."
-)
-@click.option(
-    "--clip",
-    type=click.FloatRange(0),
-    default=D.adapt.clip,
-    show_default=True,
-    help="Max gradient norm per step (0: none).",
-)
-@click.option(
-    "--seed", type=click.IntRange(0, 2**63 - 1), default=D.seed, show_default=True, help="Seed of the starting weights."
-)
-@click.option(
+@knob("--lr", click.FloatRange(0), f"Learning rate [{D.adapt.lr}].")
+@knob("--decay", click.FloatRange(0), f"Decay toward the starting weights, rms-decay's lambda [{D.adapt.decay}].")
+@knob("--beta1", click.FloatRange(0, 1, max_open=True), f"Momentum of the rms rule, 0 = RMSprop [{D.adapt.beta1}].")
+@knob("--beta2", click.FloatRange(0, 1, max_open=True), f"Decay of the mean squared gradients [{D.adapt.beta2}].")
+@knob("--eps", click.FloatRange(0, min_open=True), f"Added to the RMS [{D.adapt.eps}].")
+@knob("--clip", click.FloatRange(0), f"Max gradient norm per step, 0 = none [{D.adapt.clip}].")
+@knob("--seed", click.IntRange(0, 2**63 - 1), f"Seed of the starting weights [{D.seed}].")
+@knob(
     "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default=None,
-    help="Where the model runs [default: cuda when available, else cpu]. A file decodes only on the same device kind.",
+    click.Choice(["cpu", "cuda"]),
+    "Where the model runs [cuda when available, else cpu]. A file decodes only on the same device kind.",
 )
-def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, threads, device, **knobs):
-    """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout)."""
+def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, threads, level, **knobs):
+    """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
+
+    A level (-1 ... -9) picks the network size and lanes; any setting given
+    explicitly overrides the level's.
+    """
     from .api import Compressor, make_settings
 
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose, threads)
     try:
-        settings = make_settings(**knobs, **({"device": device} if device else {}))
+        settings = make_settings(level=level, **{k: v for k, v in knobs.items() if v is not None})
     except ValueError as e:
         raise click.UsageError(str(e)) from None
 

@@ -39,10 +39,9 @@ class Settings:
     """Everything the decoder needs to repeat the encoder; all of it goes in the header."""
 
     hidden: int = 256
-    embed: int = 64
     seed: int = 0
     lanes: int = 8
-    segment_len: int = 32
+    segment_len: int = 16
     block_size: int = 1 << 20
     device: str = "cpu"
     dtype: str = "float32"
@@ -51,7 +50,6 @@ class Settings:
     def __post_init__(self) -> None:
         checks = [
             (self.hidden >= 1, "hidden size must be at least 1"),
-            (self.embed >= 1, "embedding size must be at least 1"),
             (self.lanes >= 1, "lanes must be at least 1"),
             (self.segment_len >= 1, "segment length must be at least 1"),
             (self.block_size >= 1, "block size must be at least 1 byte"),
@@ -67,7 +65,7 @@ class Settings:
 
     @property
     def shape(self) -> MLSTMShape:
-        return MLSTMShape(self.hidden, self.embed)
+        return MLSTMShape(self.hidden)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +79,28 @@ class Settings:
         if set(d) != names or set(adapt) != {f.name for f in fields(AdaptSettings)}:
             raise ValueError("settings in the header do not match this version's fields")
         return cls(**d, adapt=AdaptSettings(**adapt))
+
+
+# Levels trade ratio for speed like xz/zstd -1 ... -9: a bigger network and fewer lanes
+# (more gradient steps per byte) compress better and run slower. Figures: BENCHMARKS.md.
+LEVELS: dict[int, dict] = {
+    1: dict(hidden=128, lanes=32, segment_len=16),
+    2: dict(hidden=128, lanes=16, segment_len=16),
+    3: dict(hidden=128, lanes=8, segment_len=16),
+    4: dict(hidden=192, lanes=8, segment_len=16),
+    5: dict(hidden=256, lanes=16, segment_len=16),
+    6: dict(hidden=256, lanes=8, segment_len=16),
+    7: dict(hidden=256, lanes=4, segment_len=16),
+    8: dict(hidden=384, lanes=4, segment_len=16),
+    9: dict(hidden=512, lanes=2, segment_len=16),
+}
+DEFAULT_LEVEL = 6
+
+
+def level_settings(level: int, device: str) -> Settings:
+    if level not in LEVELS:
+        raise ValueError(f"level must be 1 ... 9, not {level}")
+    return Settings(**LEVELS[level], device=device)
 
 
 def prepare_device(kind: str) -> torch.device:

@@ -8,7 +8,7 @@ import pytest
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
 # A small network: the tests check exactness and behaviour, not ratio, and must be quick.
-SMALL = dict(hidden=32, embed=16, lanes=8, segment_len=8, device="cpu")
+SMALL = dict(hidden=32, lanes=8, segment_len=8, device="cpu")
 
 
 def corpus(name: str) -> bytes:

@@ -23,7 +23,7 @@ def segment_loss(net, tokens):
 
 @pytest.mark.parametrize("rule", RULES)
 def test_rule_lowers_loss(rule):
-    shape = MLSTMShape(hidden=32, embed=16)
+    shape = MLSTMShape(hidden=32)
     tokens = torch.tensor(list(TEXT))
     theta = init_params(shape, 0)
     net = MLSTM(shape, theta, batch=1, max_steps=len(tokens))

@@ -12,7 +12,7 @@ import pytest
 from conftest import SMALL, corpus, run_cli
 from dyncompress import compress, decompress
 
-KNOBS = ["--hidden", "32", "--embed", "16", "--lanes", "8", "--segment-len", "8", "--device", "cpu"]
+KNOBS = ["--hidden", "32", "--lanes", "8", "--segment-len", "8", "--device", "cpu"]
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ def reference_nll(shape, theta, inputs, targets, weight, h0, c0):
     H = shape.hidden
     h, c, total = h0, c0, 0
     for t in range(inputs.shape[0]):
-        e = w["emb"][inputs[t]]
-        mx, x = (e @ w["w_e"]).split([H, 4 * H], dim=1)
+        mx, x = w["w_in"][inputs[t]].split([H, 4 * H], dim=1)
         m = mx * (h @ w["w_mh"])
         z = x + m @ w["w_m"] + w["b"]
         i, f, o, u = z.split(H, dim=1)
@@ -25,7 +24,7 @@ def reference_nll(shape, theta, inputs, targets, weight, h0, c0):
 
 def test_backward_matches_autograd():
     torch.manual_seed(0)
-    shape = MLSTMShape(hidden=24, embed=12)
+    shape = MLSTMShape(hidden=24)
     theta = init_params(shape, seed=3).double()
     B, T = 5, 7
     text = torch.randint(0, 256, (T + 1, B))
@@ -51,7 +50,7 @@ def test_backward_matches_autograd():
 
 
 def test_step_probabilities_and_carry():
-    shape = MLSTMShape(hidden=16, embed=8)
+    shape = MLSTMShape(hidden=16)
     net = MLSTM(shape, init_params(shape, 0), batch=3, max_steps=4)
     net.feed(torch.tensor([1, 2, 3]))
     p = net.step(0)
@@ -62,7 +61,7 @@ def test_step_probabilities_and_carry():
 
 
 def test_init_is_seeded():
-    shape = MLSTMShape(hidden=16, embed=8)
+    shape = MLSTMShape(hidden=16)
     assert torch.equal(init_params(shape, 7), init_params(shape, 7))
     assert not torch.equal(init_params(shape, 7), init_params(shape, 8))
     assert init_params(shape, 0).numel() == shape.num_params
