@@ -115,7 +115,9 @@ class Compressor:
         while len(self._pending) >= bs or (final and self._pending):
             data = bytes(self._pending[:bs])
             del self._pending[:bs]
-            out.append(pack_block(data, encode_block(self._codec, data, self._progress)))
+            payload = encode_block(self._codec, data, self._progress)
+            stored = len(payload) >= len(data)  # coding expanded it: keep the bytes as they are
+            out.append(pack_block(data, data if stored else payload, stored))
             self._digest.update(data)
             self._total += len(data)
             self._blocks += 1
@@ -187,7 +189,11 @@ class Decompressor:
         self._codec = Codec(settings)
 
     def _decode(self, block: Block) -> bytes:
-        data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
+        if block.stored:  # run the model over it all the same, as the encoder did
+            encode_block(self._codec, block.payload, self._progress)
+            data = block.payload
+        else:
+            data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
         if block_digest(data) != block.digest:
             raise DyncompressError(
                 f"block {self._blocks + 1}: the decoder diverged from the encoder (checksum mismatch); "

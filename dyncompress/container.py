@@ -1,8 +1,11 @@
 """The .dc file format: header, block frames, end marker. Pack and parse side by side.
 
     header  = MAGIC (8) | version u16 | meta_len u32 | meta (UTF-8 JSON) | crc32 u32
-    block   = 0x01 | orig_len u32 | payload_len u32 | payload_crc32 u32
+    block   = tag | orig_len u32 | payload_len u32 | payload_crc32 u32
                    | digest (8, BLAKE2b of the original block) | crc32 u32 | payload
+              tag 0x01: payload is range-coded; 0x02: payload is the block itself ("stored",
+              when coding would have expanded it; the decoder still runs the model over it
+              so that both sides adapt alike)
     end     = 0x00 | total_len u64 | blocks u32 | digest (16, BLAKE2b of all original bytes)
                    | crc32 u32
 
@@ -34,7 +37,7 @@ _HEAD = struct.Struct("<8sHI")
 _BLOCK = struct.Struct("<BIII8s")
 _END = struct.Struct("<BQI16s")
 _CRC = struct.Struct("<I")
-TAG_END, TAG_BLOCK = 0, 1
+TAG_END, TAG_BLOCK, TAG_STORED = 0, 1, 2
 
 
 class FormatError(DyncompressError):
@@ -99,6 +102,7 @@ class Block:
     orig_len: int
     digest: bytes
     payload: bytes
+    stored: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,9 @@ class End:
     digest: bytes
 
 
-def pack_block(data: bytes, payload: bytes) -> bytes:
-    head = _BLOCK.pack(TAG_BLOCK, len(data), len(payload), zlib.crc32(payload), block_digest(data))
+def pack_block(data: bytes, payload: bytes, stored: bool = False) -> bytes:
+    tag = TAG_STORED if stored else TAG_BLOCK
+    head = _BLOCK.pack(tag, len(data), len(payload), zlib.crc32(payload), block_digest(data))
     return head + _CRC.pack(_crc(head)) + payload
 
 
@@ -127,7 +132,7 @@ def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) 
     if len(buf) <= pos:
         return None
     tag = buf[pos]
-    if tag == TAG_BLOCK:
+    if tag in (TAG_BLOCK, TAG_STORED):
         end_head = pos + _BLOCK.size + _CRC.size
         if len(buf) < end_head:
             return None
@@ -135,7 +140,9 @@ def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) 
         if _CRC.unpack(bytes(buf[pos + _BLOCK.size : end_head]))[0] != _crc(head):
             raise FormatError("corrupt block header (checksum mismatch)")
         _, orig_len, payload_len, payload_crc, digest = _BLOCK.unpack(head)
-        if not 0 < orig_len <= block_size or payload_len > max_payload(orig_len) or payload_len % 4:
+        stored = tag == TAG_STORED
+        coded_ok = payload_len <= max_payload(orig_len) and payload_len % 4 == 0
+        if not 0 < orig_len <= block_size or not (payload_len == orig_len if stored else coded_ok):
             raise FormatError("corrupt block header (impossible lengths)")
         end = end_head + payload_len
         if len(buf) < end:
@@ -143,7 +150,7 @@ def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) 
         payload = bytes(buf[end_head:end])
         if zlib.crc32(payload) != payload_crc:
             raise FormatError("corrupt compressed data (block checksum mismatch)")
-        return Block(orig_len, digest, payload), end
+        return Block(orig_len, digest, payload, stored), end
     if tag == TAG_END:
         end = pos + _END.size + _CRC.size
         if len(buf) < end:

@@ -11,7 +11,7 @@ import pytest
 import dyncompress
 from conftest import SMALL, corpus
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
-from dyncompress.container import MAGIC, VERSION, pack_header, parse_header
+from dyncompress.container import MAGIC, VERSION, Block, pack_header, parse_frame, parse_header
 from dyncompress.mlstm import unflatten
 
 RNG = np.random.default_rng(0)
@@ -170,3 +170,16 @@ def test_open_binary_and_text(tmp_path):
 def test_unknown_setting_is_a_type_error():
     with pytest.raises(TypeError, match="hidden_size"):
         compress(b"x", hidden_size=10)
+
+
+def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
+    noise = bytes(np.random.default_rng(5).integers(0, 256, 2000, dtype=np.uint8))
+    text = corpus("enwik4")[:2000]
+    packed = compress(noise + text + text, **{**SMALL, "block_size": 2000})
+    frame, pos = parse_frame(packed, parse_header(packed)[1], 2000)
+    stored = []
+    while isinstance(frame, Block):
+        stored.append(frame.stored)
+        frame, pos = parse_frame(packed, pos, 2000)
+    assert stored == [True, False, False]  # the noise would have expanded: kept as it is
+    assert decompress(packed) == noise + text + text  # and the model ran over it on both sides

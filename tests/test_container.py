@@ -79,3 +79,11 @@ def test_wrong_magic_and_unsupported_version():
 def test_impossible_block_lengths_are_refused():
     with pytest.raises(FormatError, match="impossible"):
         parse_frame(pack_block(b"x" * 100, b"\x00" * 4), 0, block_size=50)
+
+
+def test_stored_block_round_trip_and_length_check():
+    data = b"kept as it is"
+    block, _ = parse_frame(pack_block(data, data, stored=True), 0, block_size=64)
+    assert block.stored and block.payload == data and block.digest == block_digest(data)
+    with pytest.raises(FormatError, match="impossible"):
+        parse_frame(pack_block(data, data + b"!", stored=True), 0, block_size=64)
