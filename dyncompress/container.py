@@ -128,36 +128,39 @@ def max_payload(orig_len: int) -> int:
     return 3 * orig_len + 16
 
 
+def _checked(buf, pos: int, layout: struct.Struct, what: str) -> tuple[tuple, int] | None:
+    """Unpack `layout` at `pos` and verify the CRC that follows it."""
+    end = pos + layout.size + _CRC.size
+    if len(buf) < end:
+        return None
+    body = bytes(buf[pos : pos + layout.size])
+    if _CRC.unpack(bytes(buf[pos + layout.size : end]))[0] != _crc(body):
+        raise FormatError(f"corrupt {what} (checksum mismatch)")
+    return layout.unpack(body), end
+
+
 def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) -> tuple[Block | End, int] | None:
     if len(buf) <= pos:
         return None
     tag = buf[pos]
     if tag in (TAG_BLOCK, TAG_STORED):
-        end_head = pos + _BLOCK.size + _CRC.size
-        if len(buf) < end_head:
+        if (parsed := _checked(buf, pos, _BLOCK, "block header")) is None:
             return None
-        head = bytes(buf[pos : pos + _BLOCK.size])
-        if _CRC.unpack(bytes(buf[pos + _BLOCK.size : end_head]))[0] != _crc(head):
-            raise FormatError("corrupt block header (checksum mismatch)")
-        _, orig_len, payload_len, payload_crc, digest = _BLOCK.unpack(head)
+        (_, orig_len, payload_len, payload_crc, digest), start = parsed
         stored = tag == TAG_STORED
         coded_ok = payload_len <= max_payload(orig_len) and payload_len % 4 == 0
         if not 0 < orig_len <= block_size or not (payload_len == orig_len if stored else coded_ok):
             raise FormatError("corrupt block header (impossible lengths)")
-        end = end_head + payload_len
+        end = start + payload_len
         if len(buf) < end:
             return None
-        payload = bytes(buf[end_head:end])
+        payload = bytes(buf[start:end])
         if zlib.crc32(payload) != payload_crc:
             raise FormatError("corrupt compressed data (block checksum mismatch)")
         return Block(orig_len, digest, payload, stored), end
     if tag == TAG_END:
-        end = pos + _END.size + _CRC.size
-        if len(buf) < end:
+        if (parsed := _checked(buf, pos, _END, "end marker")) is None:
             return None
-        body = bytes(buf[pos : pos + _END.size])
-        if _CRC.unpack(bytes(buf[pos + _END.size : end]))[0] != _crc(body):
-            raise FormatError("corrupt end marker (checksum mismatch)")
-        _, total_len, blocks, digest = _END.unpack(body)
+        (_, total_len, blocks, digest), end = parsed
         return End(total_len, blocks, digest), end
     raise FormatError(f"corrupt data (unknown frame tag {tag})")

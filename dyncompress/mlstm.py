@@ -146,8 +146,8 @@ class MLSTM:
         p_target = P.gather(2, targets.unsqueeze(2)).squeeze(2)  # (T, B)
         nll = -(torch.log(p_target) * (weight > 0)).sum()
 
-        dlogits = P * weight.unsqueeze(2)  # d(-log softmax)/dlogits = p - onehot
-        dlogits.scatter_add_(2, targets.unsqueeze(2), -weight.unsqueeze(2))
+        # d(-log softmax)/dlogits = p - onehot (one_hot, not scatter: no atomics on any device)
+        dlogits = (P - torch.nn.functional.one_hot(targets, ALPHABET).to(P.dtype)) * weight.unsqueeze(2)
         dH = dlogits @ w["w_out"].T  # (T, B, H): from the output layer
         # batched over time: everything that does not depend on the recurrence
         dc_from_dh = o * (1 - TC * TC)  # dc/dh through h = o tanh(c)
