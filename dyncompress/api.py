@@ -31,6 +31,7 @@ from .codec import (
     default_device,
     encode_block,
     fingerprint,
+    lanes_for_size,
     level_settings,
 )
 from .container import (
@@ -50,14 +51,20 @@ Progress = Callable[[int], None]
 _ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
 
 
-def make_settings(settings: Settings | None = None, *, level: int | None = None, **overrides) -> Settings:
+def make_settings(
+    settings: Settings | None = None, *, level: int | None = None, size_hint: int | None = None, **overrides
+) -> Settings:
     """Settings from a level (1 ... 9, default 6) and keyword overrides (`lanes=8`, `rule="sgd"`, ...).
 
-    The device defaults to CUDA when available, else the CPU.
+    The device defaults to CUDA when available, else the CPU. With `size_hint` (the input's
+    length, when known) and no explicit `lanes`, a small input gets fewer lanes
+    (`lanes_for_size`): each lane then sees more gradient steps.
     """
     if settings is not None and level is not None:
         raise TypeError("give either settings or a level, not both")
     base = settings or level_settings(level or DEFAULT_LEVEL, overrides.pop("device", None) or default_device())
+    if settings is None and size_hint is not None and "lanes" not in overrides:
+        overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
     adapt = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPT_KEYS}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
@@ -89,9 +96,16 @@ def _describe(record: dict) -> str:
 class Compressor:
     """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`."""
 
-    def __init__(self, settings: Settings | None = None, *, progress: Progress | None = None, **overrides) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        size_hint: int | None = None,
+        progress: Progress | None = None,
+        **overrides,
+    ) -> None:
         try:
-            self.settings = make_settings(settings, **overrides)
+            self.settings = make_settings(settings, size_hint=size_hint, **overrides)
             self._codec = Codec(self.settings)
             meta = {
                 "settings": self.settings.to_dict(),
@@ -246,7 +260,7 @@ class Decompressor:
 
 
 def compress(data: bytes, **settings) -> bytes:
-    comp = Compressor(**settings)
+    comp = Compressor(size_hint=len(data), **settings)
     return comp.compress(data) + comp.flush()
 
 

@@ -367,8 +367,9 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, thread
     from .api import Compressor, make_settings
 
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose, threads)
+    knobs = {k: v for k, v in knobs.items() if v is not None}
     try:
-        settings = make_settings(level=level, **{k: v for k, v in knobs.items() if v is not None})
+        make_settings(level=level, **knobs)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
 
@@ -382,7 +383,7 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, thread
         def work(reader, writer, size):
             progress = Progress(_name(path), size, opts.verbosity >= 1)
             try:
-                comp = Compressor(settings, progress=progress)
+                comp = Compressor(level=level, size_hint=size, progress=progress, **knobs)
                 written = 0
 
                 def step(chunk: bytes) -> bytes:

@@ -40,7 +40,7 @@ class Settings:
 
     hidden: int = 256
     seed: int = 0
-    lanes: int = 8
+    lanes: int = 16
     segment_len: int = 16
     block_size: int = 1 << 20
     device: str = "cpu"
@@ -81,18 +81,19 @@ class Settings:
         return cls(**d, adapt=AdaptSettings(**adapt))
 
 
-# Levels trade ratio for speed like xz/zstd -1 ... -9: a bigger network and fewer lanes
-# (more gradient steps per byte) compress better and run slower. Figures: BENCHMARKS.md.
+# Levels trade ratio for speed like xz/zstd -1 ... -9. On ~1 MB of text the best gradient
+# step averages about 256 bytes (lanes x segment_len); a wider network compresses better and
+# runs slower. Chosen from the measurements in BENCHMARKS.md.
 LEVELS: dict[int, dict] = {
-    1: dict(hidden=128, lanes=32, segment_len=16),
-    2: dict(hidden=128, lanes=16, segment_len=16),
-    3: dict(hidden=128, lanes=8, segment_len=16),
-    4: dict(hidden=192, lanes=8, segment_len=16),
-    5: dict(hidden=256, lanes=16, segment_len=16),
-    6: dict(hidden=256, lanes=8, segment_len=16),
-    7: dict(hidden=256, lanes=4, segment_len=16),
-    8: dict(hidden=384, lanes=4, segment_len=16),
-    9: dict(hidden=512, lanes=2, segment_len=16),
+    1: dict(hidden=128, lanes=32, segment_len=8, lr=2e-3),
+    2: dict(hidden=128, lanes=16, segment_len=16, lr=2e-3),
+    3: dict(hidden=192, lanes=32, segment_len=8, lr=1.5e-3),
+    4: dict(hidden=192, lanes=16, segment_len=16, lr=1.5e-3),
+    5: dict(hidden=256, lanes=32, segment_len=8, lr=1.5e-3),
+    6: dict(hidden=256, lanes=16, segment_len=16, lr=1.5e-3),
+    7: dict(hidden=384, lanes=16, segment_len=16, lr=1e-3),
+    8: dict(hidden=512, lanes=16, segment_len=16, lr=1e-3),
+    9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3),
 }
 DEFAULT_LEVEL = 6
 
@@ -100,7 +101,17 @@ DEFAULT_LEVEL = 6
 def level_settings(level: int, device: str) -> Settings:
     if level not in LEVELS:
         raise ValueError(f"level must be 1 ... 9, not {level}")
-    return Settings(**LEVELS[level], device=device)
+    knobs = dict(LEVELS[level])
+    adapt = AdaptSettings(lr=knobs.pop("lr"))
+    return Settings(**knobs, device=device, adapt=adapt)
+
+
+MIN_LANE_BYTES = 32 * 1024
+
+
+def lanes_for_size(lanes: int, size: int) -> int:
+    """Fewer lanes for a small input: on alice29 (152 kB) 4 lanes beat 16 by 0.17 bits per byte."""
+    return max(1, min(lanes, size // MIN_LANE_BYTES))
 
 
 def prepare_device(kind: str) -> torch.device:
