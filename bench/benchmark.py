@@ -42,7 +42,7 @@ def worker(args: list[str]) -> None:
     torch.set_num_threads(threads)
     data = Path(path).read_bytes()[: settings.pop("limit", None)]
     t0 = time.perf_counter()
-    comp = dyncompress.Compressor(**settings)
+    comp = dyncompress.Compressor(size_hint=len(data), **settings)  # as compress() and the CLI do
     packed = comp.compress(data) + comp.flush()
     t1 = time.perf_counter()
     result = {"bytes": len(data), "packed": len(packed), "encode_s": t1 - t0, "ideal_bits": comp.ideal_bits}
@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--enwik8", type=Path, default=ENWIK8, help="enwik8 or its head (enwik6 = first 1e6 bytes)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sweep", action="store_true", help="hidden x lanes grid on enwik6 (encode only)")
-    ap.add_argument("--levels", action="store_true", help="each level on enwik6")
+    ap.add_argument("--levels", action="store_true", help="each level on enwik6 (encode only)")
     ap.add_argument("--limit", type=int, default=1_000_000, help="bytes of enwik8 to use")
     args = ap.parse_args()
     if not args.enwik8.exists():
@@ -164,7 +164,7 @@ def main() -> None:
 
         print(HEADER)
         for level in sorted(LEVELS):
-            r = run_child(enwik, {"level": level, "device": "cpu"}, args.threads, True)
+            r = run_child(enwik, {"level": level, "device": "cpu"}, args.threads, False)
             print(table_row(f"-{level}", r), flush=True)
         return
 
