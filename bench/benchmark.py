@@ -168,12 +168,12 @@ def main() -> None:
             print(table_row(f"-{level}", r), flush=True)
         return
 
-    from dyncompress.codec import Settings
+    from dyncompress.codec import Settings, lanes_for_size
 
     default = Settings()
     print(
-        f"default settings: hidden {default.hidden}, lanes {default.lanes}, segment {default.segment_len}, "
-        f"rule {default.adapt.rule}, lr {default.adapt.lr}\n"
+        f"default settings: hidden {default.hidden}, lanes {default.lanes} (one per 32 kB on smaller inputs), "
+        f"segment {default.segment_len}, rule {default.adapt.rule}, lr {default.adapt.lr}\n"
     )
     for name, path in files.items():
         data = path.read_bytes()
@@ -187,12 +187,13 @@ def main() -> None:
             )
         rate = len(data) / r["encode_s"]
         achieved = flops_per_byte(default.hidden) * rate / 1e9
-        peak = matmul_rate(default.lanes, default.hidden, args.threads)
+        lanes = lanes_for_size(default.lanes, len(data))
+        peak = matmul_rate(lanes, default.hidden, args.threads)
         print(
             f"\nmodel estimate {r['ideal_bits'] / 8:,.0f} bytes (coding overhead "
             f"{r['packed'] - r['ideal_bits'] / 8:,.0f} bytes incl. header); "
             f"matmul work {flops_per_byte(default.hidden) / 1e6:.2f} MFLOP/byte -> {achieved:.1f} GFLOP/s "
-            f"achieved vs {peak:.1f} GFLOP/s measured for ({default.lanes}x{default.hidden})@"
+            f"achieved vs {peak:.1f} GFLOP/s measured for ({lanes}x{default.hidden})@"
             f"({default.hidden}x{4 * default.hidden}) = {100 * achieved / peak:.0f}%\n",
             flush=True,
         )

@@ -12,6 +12,7 @@ into place only on success. Errors are one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -129,7 +130,8 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
     if target == "-" and not reading_compressed and sys.stdout.isatty():
         raise Failure("refusing to write compressed data to a terminal (use -o FILE or redirect)")
     reader = sys.stdin.buffer if stdin else _open_input(path)
-    size = None if stdin else os.fstat(reader.fileno()).st_size
+    st = None if stdin else os.fstat(reader.fileno())
+    size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None  # pipes: unknown
     out = None
     try:
         if target is None or target == "-":
