@@ -157,3 +157,16 @@ def test_decode_in_fresh_process_with_other_thread_count(tmp_path):
 def test_module_and_version():
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.startswith(b"dyncompress")
+
+
+def test_other_cpu_kernels_are_refused_or_exact_never_wrong(tmp_path):
+    """Forcing ATen's generic kernels changes the floats (METHOD.md): the fingerprint must catch it."""
+    data = corpus("enwik4")[:3000]
+    packed = tmp_path / "enwik.dc"
+    packed.write_bytes(compress(data, **SMALL))
+    r = run_cli("decode", "-c", packed, env={"ATEN_CPU_CAPABILITY": "default"})
+    if r.returncode == 0:
+        assert r.stdout == data  # this machine's generic kernels happen to agree: fine
+    else:
+        assert r.returncode == 1 and r.stdout == b"" and r.stderr.count(b"\n") == 1
+        assert b"different floating-point results" in r.stderr and b"DEFAULT" in r.stderr
