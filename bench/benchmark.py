@@ -34,13 +34,12 @@ ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 
 def worker(args: list[str]) -> None:
     """Child: compress then decompress one file with one set of settings; print JSON."""
-    import torch
 
     import dyncompress
 
     path, settings, threads, verify = args[0], json.loads(args[1]), int(args[2]), args[3] == "1"
-    torch.set_num_threads(threads)
     data = Path(path).read_bytes()[: settings.pop("limit", None)]
+    settings["threads"] = threads
     t0 = time.perf_counter()
     comp = dyncompress.Compressor(size_hint=len(data), **settings)  # as compress() and the CLI do
     packed = comp.compress(data) + comp.flush()

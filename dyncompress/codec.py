@@ -43,6 +43,7 @@ class Settings:
     lanes: int = 16
     segment_len: int = 16
     block_size: int = 1 << 20
+    threads: int = 1  # CPU threads while coding: matmul results depend on it, so it is recorded
     device: str = "cpu"
     dtype: str = "float32"
     adapt: AdaptSettings = field(default_factory=AdaptSettings)
@@ -54,6 +55,7 @@ class Settings:
             (self.segment_len >= 1, "segment length must be at least 1"),
             (self.block_size >= 1, "block size must be at least 1 byte"),
             (self.block_size <= 1 << 30, "block size must be at most 1 GiB"),
+            (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in ("cpu", "cuda"), f"unknown device {self.device!r} (cpu or cuda)"),
             (self.dtype in DTYPES, f"unknown dtype {self.dtype!r} ({', '.join(DTYPES)})"),
             (self.adapt.rule in RULES, f"unknown rule {self.adapt.rule!r} ({', '.join(RULES)})"),
@@ -164,6 +166,14 @@ class Codec:
         progress: Callable[[int], None] | None = None,
     ) -> None:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
+        outside = torch.get_num_threads()
+        torch.set_num_threads(self.s.threads)  # kernels split work by thread count: part of the floats
+        try:
+            self._code_block(coder, tokens, length, progress)
+        finally:
+            torch.set_num_threads(outside)
+
+    def _code_block(self, coder, tokens: np.ndarray, length: int, progress) -> None:
         steps, lens = lane_lengths(length, self.s.lanes)
         assert tokens.shape == (steps, self.s.lanes)
         active = (lens[None, :] > np.arange(steps)[:, None]).sum(axis=1)  # (steps,) lanes in play
