@@ -11,6 +11,7 @@ import pytest
 import dyncompress
 from conftest import SMALL, corpus
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
+from dyncompress.codec import LEVELS
 from dyncompress.container import MAGIC, VERSION, Block, pack_header, parse_frame, parse_header
 from dyncompress.mlstm import unflatten
 
@@ -183,3 +184,13 @@ def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
         frame, pos = parse_frame(packed, pos, 2000)
     assert stored == [True, False, False]  # the noise would have expanded: kept as it is
     assert decompress(packed) == noise + text + text  # and the model ran over it on both sides
+
+
+@pytest.mark.parametrize("level", range(1, 10))
+def test_every_level_round_trips_with_its_own_shapes(level):
+    data = corpus("alice29.txt")[5000:6500]
+    comp = Compressor(level=level, device="cpu")  # incremental: no size hint, the level's lanes as they are
+    packed = comp.compress(data) + comp.flush()
+    meta = parse_header(packed)[0]["settings"]
+    assert (meta["hidden"], meta["lanes"]) == (LEVELS[level]["hidden"], LEVELS[level]["lanes"])
+    assert decompress(packed) == data
