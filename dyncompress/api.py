@@ -94,7 +94,11 @@ def _describe(record: dict) -> str:
 
 
 class Compressor:
-    """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`."""
+    """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`.
+
+    Nothing is coded before the first block is full or `flush()` is called, so an input shorter
+    than one block gets the same size-aware settings as a one-shot `compress()` of it.
+    """
 
     def __init__(
         self,
@@ -104,8 +108,24 @@ class Compressor:
         progress: Progress | None = None,
         **overrides,
     ) -> None:
+        self._choose = lambda size: make_settings(settings, size_hint=size, **overrides)
         try:
-            self.settings = make_settings(settings, size_hint=size_hint, **overrides)
+            self.settings = self._choose(size_hint)
+        except ValueError as e:
+            raise DyncompressError(str(e)) from None
+        self._size_known = size_hint is not None
+        self._codec: Codec | None = None
+        self._pending = bytearray()
+        self._progress = progress
+        self._digest = stream_digest()
+        self._total = self._blocks = 0
+        self._finished = False
+
+    def _start(self, size: int | None) -> bytes:
+        """Settle the settings (size known only if the input ended within one block) and the header."""
+        try:
+            if size is not None and not self._size_known:
+                self.settings = self._choose(size)
             self._codec = Codec(self.settings)
             meta = {
                 "settings": self.settings.to_dict(),
@@ -115,17 +135,15 @@ class Compressor:
             }
         except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
-        self._header = pack_header(meta)
-        self._pending = bytearray()
-        self._progress = progress
-        self._digest = stream_digest()
-        self._total = self._blocks = 0
-        self._finished = False
+        return pack_header(meta)
 
     def _emit_blocks(self, final: bool) -> bytes:
-        out = [self._header]
-        self._header = b""
         bs = self.settings.block_size
+        out = []
+        if self._codec is None:
+            if not final and len(self._pending) < bs:
+                return b""
+            out.append(self._start(len(self._pending) if final else None))
         while len(self._pending) >= bs or (final and self._pending):
             data = bytes(self._pending[:bs])
             del self._pending[:bs]
@@ -153,7 +171,7 @@ class Compressor:
     @property
     def ideal_bits(self) -> float:
         """-log2 p summed over the bytes coded so far (the model's own estimate)."""
-        return self._codec.nats / 0.6931471805599453
+        return self._codec.nats / 0.6931471805599453 if self._codec else 0.0
 
 
 class Decompressor:

@@ -189,8 +189,18 @@ def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
 @pytest.mark.parametrize("level", range(1, 10))
 def test_every_level_round_trips_with_its_own_shapes(level):
     data = corpus("alice29.txt")[5000:6500]
-    comp = Compressor(level=level, device="cpu")  # incremental: no size hint, the level's lanes as they are
+    comp = Compressor(level=level, device="cpu", block_size=1000)  # a full first block: no size rule
     packed = comp.compress(data) + comp.flush()
     meta = parse_header(packed)[0]["settings"]
     assert (meta["hidden"], meta["lanes"]) == (LEVELS[level]["hidden"], LEVELS[level]["lanes"])
     assert decompress(packed) == data
+
+
+def test_stream_shorter_than_a_block_gets_the_one_shot_settings():
+    data = corpus("grammar.lsp")
+    comp = Compressor(level=1, device="cpu")  # no size given, as for a pipe
+    pieces = [comp.compress(data[i : i + 1000]) for i in range(0, len(data), 1000)]
+    assert pieces == [b""] * len(pieces)  # nothing is decided before the block is full or flushed
+    packed = b"".join(pieces) + comp.flush()
+    assert packed == compress(data, level=1, device="cpu")
+    assert parse_header(packed)[0]["settings"]["lanes"] == 1
