@@ -279,6 +279,8 @@ def with_common(f):
 def _options(output, to_stdout, force, keep, remove, quiet, verbose) -> Options:
     if keep and remove:
         raise click.UsageError("-k and --rm contradict each other")
+    if to_stdout and output not in (None, "-"):
+        raise click.UsageError("-c and -o contradict each other")
     if output == "-":
         to_stdout, output = True, None
     if remove and to_stdout:

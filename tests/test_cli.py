@@ -97,8 +97,13 @@ def test_bad_inputs_give_one_line_errors(tmp_path):
         r = run_cli(*args)
         assert r.returncode == 1 and message in r.stderr, (args, r.stderr)
         assert b"Traceback" not in r.stderr
-    r = run_cli("encode", "--lanes", "0", plain)
-    assert r.returncode == 2 and b"Traceback" not in r.stderr  # usage error
+    for usage in (
+        ["encode", "--lanes", "0", plain],
+        ["decode", "-c", "-o", "x", plain],
+        ["encode", "-k", "--rm", plain],
+    ):
+        r = run_cli(*usage)
+        assert r.returncode == 2 and b"Traceback" not in r.stderr, usage  # usage errors
 
 
 def test_disk_full_is_a_clean_error():
