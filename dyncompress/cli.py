@@ -110,19 +110,26 @@ class AtomicOutput:
             os.unlink(self.tmp)
 
 
-def _pump(reader, writer, step: Callable[[bytes], bytes]) -> int:
-    """Feed `reader` through `step` into `writer`; returns bytes read."""
-    total = 0
-    while chunk := reader.read(CHUNK):
-        total += len(chunk)
-        writer.write(step(chunk))
-    return total
+class _Counting:
+    """A reader or writer that counts the bytes passing through it."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.total = stream, 0
+
+    def read(self, n: int) -> bytes:
+        data = self.stream.read(n)
+        self.total += len(data)
+        return data
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data)
+        self.total += len(data)
 
 
-def _run(path: str, opts: Options, target: str | None, work: Callable, reading_compressed: bool) -> None:
+def _run(path: str, opts: Options, target: str | None, work: Callable, reading_compressed: bool) -> tuple[int, int]:
     """Open input and output for one file, run `work(reader, writer, size)`, commit or clean up.
 
-    target: a path, "-" for stdout, or None to write nothing (test).
+    target: a path, "-" for stdout, or None to write nothing (test). Returns (bytes in, bytes out).
     """
     stdin = path == "-"
     if stdin and reading_compressed and sys.stdin.isatty():
@@ -132,15 +139,16 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
     reader = sys.stdin.buffer if stdin else _open_input(path)
     st = None if stdin else os.fstat(reader.fileno())
     size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None  # pipes: unknown
-    out = None
+    src, out = _Counting(reader), None
     try:
         if target is None or target == "-":
-            writer = sys.stdout.buffer if target == "-" else _Discard()
-            work(reader, writer, size)
-            writer.flush()
-            return
+            dst = _Counting(sys.stdout.buffer if target == "-" else _Discard())
+            work(src, dst, size)
+            dst.stream.flush()
+            return src.total, dst.total
         out = AtomicOutput(target, opts.force)
-        work(reader, out.file, size)
+        dst = _Counting(out.file)
+        work(src, dst, size)
         out.commit(None if stdin else path)
         out = None
     finally:
@@ -148,8 +156,9 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
             out.discard()
         if not stdin:
             reader.close()
-    if opts.remove and not stdin and target not in (None, "-"):
+    if opts.remove and not stdin:
         os.unlink(path)
+    return src.total, dst.total
 
 
 def _open_input(path: str):
@@ -378,41 +387,21 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
             raise Failure(f"already has {SUFFIX} suffix -- ignored (use -f to compress anyway)")
         target = _output_target(path, opts, lambda p: p + SUFFIX)
         started = time.monotonic()
-        counts = {}
 
         def work(reader, writer, size):
             progress = Progress(_name(path), size, opts.verbosity >= 1)
             try:
                 comp = Compressor(level=level, size_hint=size, progress=progress, **knobs)
-                written = 0
-
-                def step(chunk: bytes) -> bytes:
-                    nonlocal written
-                    out = comp.compress(chunk)
-                    written += len(out)
-                    return out
-
-                counts["in"] = _pump(reader, writer, step)
-                tail = comp.flush()
-                writer.write(tail)
-                counts["out"] = written + len(tail)
+                while chunk := reader.read(CHUNK):
+                    writer.write(comp.compress(chunk))
+                writer.write(comp.flush())
             finally:
                 progress.close()
 
-        _run(path, opts, target, work, reading_compressed=False)
-        opts.say(_summary(_name(path), counts["in"], counts["out"], time.monotonic() - started, True))
+        n_in, n_out = _run(path, opts, target, work, reading_compressed=False)
+        opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, True))
 
     _each(files, opts, one)
-
-
-class _Counting:
-    def __init__(self, reader) -> None:
-        self.reader, self.total = reader, 0
-
-    def read(self, n: int) -> bytes:
-        data = self.reader.read(n)
-        self.total += len(data)
-        return data
 
 
 def _decode_files(files, opts: Options, testing: bool) -> None:
@@ -426,26 +415,20 @@ def _decode_files(files, opts: Options, testing: bool) -> None:
     def one(path: str) -> None:
         target = None if testing else _output_target(path, opts, strip)
         started = time.monotonic()
-        counts = {}
 
         def work(reader, writer, size):
             progress = Progress(_name(path), None, opts.verbosity >= 1)
-            counted = _Counting(reader)
             try:
-                produced = 0
-                for piece in iter_decompress(counted.read, progress, CHUNK):
+                for piece in iter_decompress(reader.read, progress, CHUNK):
                     writer.write(piece)
-                    produced += len(piece)
-                counts["in"], counts["out"] = counted.total, produced
             finally:
                 progress.close()
 
-        _run(path, opts, target, work, reading_compressed=True)
-        seconds = time.monotonic() - started
+        n_in, n_out = _run(path, opts, target, work, reading_compressed=True)
         if testing:
             opts.say(f"{_name(path)}: OK", level=2)
         else:
-            opts.say(_summary(_name(path), counts["in"], counts["out"], seconds, False))
+            opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, False))
 
     _each(files, opts, one)
 
