@@ -46,30 +46,78 @@ from .container import (
     stream_digest,
 )
 from .errors import DyncompressError
+from .model import DEFAULT_MODEL, Model, ModelError
+from .model import find as find_model
 
 Progress = Callable[[int], None]
 _ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
 
 
+# the default model's level table: hidden size is the model's; a level picks the rule and lanes
+MODEL_LEVELS: dict[int, dict] = {
+    1: dict(rule="static", lanes=32, segment_len=16),
+    2: dict(rule="static", lanes=16, segment_len=16),
+    3: dict(lanes=32, segment_len=8),
+    4: dict(lanes=32, segment_len=16),
+    5: dict(lanes=16, segment_len=8),
+    6: dict(),  # the model's own defaults
+    7: dict(lanes=8, segment_len=16),
+    8: dict(lanes=4, segment_len=16),
+    9: dict(lanes=2, segment_len=16),
+}
+MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
+
+
+def resolve_model(model: str | Model | None) -> Model | None:
+    """A Model from a name, a path, or a Model; None stays None (online mode)."""
+    if model is None or isinstance(model, Model):
+        return model
+    return find_model(model)
+
+
+def model_settings(model: Model, level: int, device: str) -> Settings:
+    """Settings for coding with `model` at `level`: the model's recorded defaults, then the level's changes."""
+    if level not in MODEL_LEVELS:
+        raise ValueError(f"level must be 1 ... 9, not {level}")
+    knobs = {**MODEL_DEFAULTS, **model.info.get("defaults", {}), **MODEL_LEVELS[level]}
+    adapt = {k: knobs.pop(k) for k in list(knobs) if k in _ADAPT_KEYS}
+    return Settings(hidden=model.shape.hidden, **knobs, device=device, adapt=AdaptSettings(**adapt))
+
+
 def make_settings(
-    settings: Settings | None = None, *, level: int | None = None, size_hint: int | None = None, **overrides
+    settings: Settings | None = None,
+    *,
+    level: int | None = None,
+    size_hint: int | None = None,
+    model: Model | None = None,
+    **overrides,
 ) -> Settings:
     """Settings from a level (1 ... 9, default 6) and keyword overrides (`lanes=8`, `rule="sgd"`, ...).
 
-    The device defaults to CUDA when available, else the CPU. With `size_hint` (the input's
-    length, when known) and no explicit `lanes`, a small input gets fewer lanes
-    (`lanes_for_size`): each lane then sees more gradient steps.
+    With a `model`, the level works from the model's recorded defaults and the hidden size is the
+    model's; without, it sets the online network (`codec.LEVELS`). The device defaults to CUDA
+    when available, else the CPU. With `size_hint` (the input's length, when known) and no
+    explicit `lanes`, a small input gets fewer lanes (`lanes_for_size`): each lane then sees more
+    gradient steps.
     """
     if settings is not None and level is not None:
         raise TypeError("give either settings or a level, not both")
-    base = settings or level_settings(level or DEFAULT_LEVEL, overrides.pop("device", None) or default_device())
+    device = overrides.pop("device", None) or (settings.device if settings else default_device())
+    if settings is not None:
+        base = settings
+    elif model is not None:
+        base = model_settings(model, level or DEFAULT_LEVEL, device)
+    else:
+        base = level_settings(level or DEFAULT_LEVEL, device)
+    if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
+        raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     if settings is None and size_hint is not None and "lanes" not in overrides:
         overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
     adapt = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPT_KEYS}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    return replace(base, **overrides, adapt=replace(base.adapt, **adapt))
+    return replace(base, **overrides, device=device, adapt=replace(base.adapt, **adapt))
 
 
 def platform_record(device: str) -> dict:
@@ -96,6 +144,8 @@ def _describe(record: dict) -> str:
 class Compressor:
     """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`.
 
+    `model`: an installed model's name, a model file's path, or a `Model` (default: the shipped
+    default model); None for online mode (a seeded random start that learns from the stream only).
     Nothing is coded before the first block is full or `flush()` is called, so an input shorter
     than one block gets the same size-aware settings as a one-shot `compress()` of it.
     """
@@ -104,11 +154,13 @@ class Compressor:
         self,
         settings: Settings | None = None,
         *,
+        model: str | Model | None = DEFAULT_MODEL,
         size_hint: int | None = None,
         progress: Progress | None = None,
         **overrides,
     ) -> None:
-        self._choose = lambda size: make_settings(settings, size_hint=size, **overrides)
+        self.model = resolve_model(model)
+        self._choose = lambda size: make_settings(settings, size_hint=size, model=self.model, **overrides)
         try:
             self.settings = self._choose(size_hint)
         except ValueError as e:
@@ -126,11 +178,12 @@ class Compressor:
         try:
             if size is not None and not self._size_known:
                 self.settings = self._choose(size)
-            self._codec = Codec(self.settings)
+            self._codec = Codec(self.settings, self.model)
             meta = {
                 "settings": self.settings.to_dict(),
-                "model": None,  # online mode: seeded random start
-                "fingerprint": fingerprint(self.settings),
+                # None: online mode (seeded random start); else which weights it starts from
+                "model": None if self.model is None else {"name": self.model.name, "sha256": self.model.sha256},
+                "fingerprint": fingerprint(self.settings, self.model),
                 "platform": platform_record(self.settings.device),
             }
         except (ValueError, RuntimeError) as e:
@@ -181,7 +234,10 @@ class Decompressor:
     came out wrong are never handed out.
     """
 
-    def __init__(self, *, progress: Progress | None = None) -> None:
+    def __init__(self, *, model: str | Model | None = None, progress: Progress | None = None) -> None:
+        """`model`: the model to decode with (name, path or Model); default: the one the header names."""
+        self._given = model
+        self.model: Model | None = None
         self._buf = bytearray()
         self._codec: Codec | None = None
         self.settings: Settings | None = None
@@ -201,24 +257,51 @@ class Decompressor:
             settings = Settings.from_dict(meta["settings"])
             recorded = meta["platform"]
             expected = str(meta["fingerprint"])
-            if meta.get("model") is not None:
-                raise DyncompressError("this file needs a pretrained model, which this version cannot load")
+            needed = meta["model"]
+            if needed is not None:
+                needed = {"name": str(needed["name"]), "sha256": str(needed["sha256"])}
         except (KeyError, TypeError, ValueError) as e:
             raise FormatError(f"corrupt or unsupported header ({e})") from None
+        model = self._find_model(needed)
         if settings.device == "cuda" and not torch.cuda.is_available():
             raise DyncompressError(
                 "this file was encoded on a CUDA GPU and decodes only on one "
                 f"({_describe(recorded)}); torch sees no GPU here"
             )
-        got = fingerprint(settings)
+        try:
+            got = fingerprint(settings, model)
+        except ValueError as e:
+            raise DyncompressError(str(e)) from None
         if got != expected:
             raise DyncompressError(
                 f"this machine computes different floating-point results than the encoder "
                 f"(fingerprint {got}, file {expected}): encoded with {_describe(recorded)}; "
                 f"here {_describe(platform_record(settings.device))}"
             )
-        self.meta, self.settings = meta, settings
-        self._codec = Codec(settings)
+        self.meta, self.settings, self.model = meta, settings, model
+        self._codec = Codec(settings, model)
+
+    def _find_model(self, needed: dict | None) -> Model | None:
+        """The model the header names, checked by hash; a user-given one must match it too."""
+        if needed is None:
+            return None  # online mode: a given model is not needed, and not used
+        name, want = needed["name"], needed["sha256"]
+        if self._given is not None:
+            model = resolve_model(self._given)
+        else:
+            try:
+                model = find_model(name)
+            except ModelError:
+                raise ModelError(
+                    f"this file was encoded with model {name} (sha256 {want[:16]}), which is not installed "
+                    "here; give its file with --model PATH"
+                ) from None
+        if model.sha256 != want:
+            raise ModelError(
+                f"wrong model: the file needs {name} with sha256 {want[:16]}, "
+                f"{model.path or model.name} has sha256 {model.sha256[:16]}"
+            )
+        return model
 
     def _decode(self, block: Block) -> bytes:
         if block.stored:  # run the model over it all the same, as the encoder did
@@ -277,17 +360,25 @@ class Decompressor:
             raise FormatError("truncated file (the end marker is missing)")
 
 
-def compress(data: bytes, **settings) -> bytes:
-    comp = Compressor(size_hint=len(data), **settings)
+def compress(data: bytes, model: str | Model | None = DEFAULT_MODEL, **settings) -> bytes:
+    comp = Compressor(model=model, size_hint=len(data), **settings)
     return comp.compress(data) + comp.flush()
 
 
-def iter_decompress(read: Callable[[int], bytes], progress: Progress | None = None, chunk: int = 1 << 16):
+def iter_decompress(
+    read: Callable[[int], bytes],
+    progress: Progress | None = None,
+    chunk: int = 1 << 16,
+    model: str | Model | None = None,
+):
     """Decoded pieces of one or more concatenated .dc streams pulled through `read(n)`.
 
-    Raises DyncompressError on truncation, corruption or trailing garbage.
+    `model`: decode with this model (name, path or Model) instead of the installed one the
+    header names; it must have the recorded sha256. Raises DyncompressError on truncation,
+    corruption, trailing garbage or a wrong model.
     """
-    dec, pending, later = Decompressor(progress=progress), b"", False
+    model = resolve_model(model)
+    dec, pending, later = Decompressor(model=model, progress=progress), b"", False
     while True:
         data = pending or read(chunk)
         pending = b""
@@ -306,13 +397,13 @@ def iter_decompress(read: Callable[[int], bytes], progress: Progress | None = No
             pending = dec.unused_data or read(chunk)
             if not pending:
                 return
-            dec, later = Decompressor(progress=progress), True
+            dec, later = Decompressor(model=model, progress=progress), True
 
 
-def decompress(data: bytes) -> bytes:
-    """Decode one or more concatenated .dc streams."""
+def decompress(data: bytes, model: str | Model | None = None) -> bytes:
+    """Decode one or more concatenated .dc streams (`model`: as for `iter_decompress`)."""
     view = io.BytesIO(data)
-    return b"".join(iter_decompress(view.read))
+    return b"".join(iter_decompress(view.read, model=model))
 
 
 # --- file objects -------------------------------------------------------------------
@@ -338,9 +429,9 @@ class _Raw(io.RawIOBase):
 
 
 class _RawReader(_Raw):
-    def __init__(self, fp, own: bool) -> None:
+    def __init__(self, fp, own: bool, model) -> None:
         super().__init__(fp, own)
-        self._pieces = iter_decompress(fp.read)
+        self._pieces = iter_decompress(fp.read, model=model)
         self._out = b""
 
     def readable(self) -> bool:
@@ -372,19 +463,22 @@ class _RawWriter(_Raw):
 
 
 def open(file, mode: str = "rb", *, encoding=None, errors=None, newline=None, **settings):  # noqa: A001
-    """Open a .dc file (path or binary file object) like `lzma.open`: 'rb', 'wb', 'xb', 'ab', or text 'rt', ..."""
+    """Open a .dc file (path or binary file object) like `lzma.open`: 'rb', 'wb', 'xb', 'ab', or text 'rt', ...
+
+    Writing takes `compress`'s keywords (`model=`, `level=`, ...); reading takes only `model=`.
+    """
     text = "t" in mode
     bmode = mode.replace("t", "").replace("b", "")
     if bmode not in ("r", "w", "x", "a") or ("t" in mode and "b" in mode):
         raise ValueError(f"invalid mode {mode!r}")
     if not text and (encoding or errors or newline):
         raise ValueError("encoding, errors and newline apply only to text mode")
-    if bmode == "r" and settings:
+    if bmode == "r" and set(settings) - {"model"}:
         raise ValueError("settings apply only to writing; a reader takes them from the file")
     own = isinstance(file, (str, bytes, os.PathLike))
     fp = builtins.open(file, bmode + "b") if own else file
     try:
-        raw = _RawReader(fp, own) if bmode == "r" else _RawWriter(fp, own, settings)
+        raw = _RawReader(fp, own, settings.get("model")) if bmode == "r" else _RawWriter(fp, own, settings)
     except BaseException:
         if own:
             fp.close()

@@ -25,6 +25,7 @@ from . import __version__
 from .adapt import RULES
 from .codec import Settings
 from .errors import DyncompressError
+from .model import DEFAULT_MODEL
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -222,7 +223,7 @@ def describe(name: str, reader) -> str:
         bpb = 8 * compressed / original if original else 0.0
         lines.append(f"  compressed size {compressed:,} bytes ({bpb:.3f} bits/byte)")
     lines += [
-        f"  model           {meta.get('model') or 'online (seeded random start)'}",
+        f"  model           {_model_line(meta.get('model'))}",
         "  network         " + ", ".join(f"{k}={settings[k]}" for k in network if k in settings),
         "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
         "  adaptation      " + ", ".join(f"{k}={v}" for k, v in adapt.items()),
@@ -230,6 +231,14 @@ def describe(name: str, reader) -> str:
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
     ]
     return "\n".join(lines)
+
+
+def _model_line(model) -> str:
+    if not model:
+        return "online (seeded random start)"
+    if isinstance(model, dict):
+        return f"{model.get('name')} (sha256 {str(model.get('sha256'))[:16]})"
+    return str(model)
 
 
 # --- the commands -------------------------------------------------------------------
@@ -309,6 +318,10 @@ def main() -> None:
 
 
 D = Settings()
+MODEL_HELP = (
+    "The model file to decode with, when the one the file names is not installed here "
+    "(its sha256 must match the one recorded)."
+)
 
 
 def knob(name: str, kind, help: str, *more_names: str):
@@ -340,15 +353,20 @@ def knob(name: str, kind, help: str, *more_names: str):
     click.IntRange(1, 1 << 30),
     f"Bytes per block (bounds memory; adaptation carries across blocks) [{D.block_size}].",
 )
+@click.option("-m", "--model", metavar="NAME|PATH", default=None,
+              help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
+              f".dcm file [{DEFAULT_MODEL}].")
+@click.option("--online", is_flag=True, help="No pretrained model: a seeded random start that learns from "
+              "the input alone (the network size then follows the level or --hidden).")
 @knob(
     "--rule",
     click.Choice(RULES),
-    "Update rule. sgd: plain gradient steps. rms: Adam/RMSprop statistics gathered on the stream "
-    "(the rule for online mode). rms-decay: RMS-normalised steps plus decay toward the starting "
-    "weights; until pretrained models with training-set statistics exist, its RMS comes from the "
-    f"stream too [{D.adapt.rule}].",
+    "Update rule. static: none (the model as trained). sgd: plain gradient steps. rms: steps "
+    "divided by the RMS of the gradients (from the model's calibration, else gathered on the "
+    "stream). rms-decay: rms plus decay toward the pretrained weights "
+    "[with a model: rms-decay; online: rms].",
 )
-@knob("--lr", click.FloatRange(0), f"Learning rate [{D.adapt.lr}].")
+@knob("--lr", click.FloatRange(0), "Learning rate [the model's, or the level's when online].")
 @knob("--decay", click.FloatRange(0), f"Decay toward the starting weights, rms-decay's lambda [{D.adapt.decay}].")
 @knob("--beta1", click.FloatRange(0, 1, max_open=True), f"Momentum of the rms rule, 0 = RMSprop [{D.adapt.beta1}].")
 @knob("--beta2", click.FloatRange(0, 1, max_open=True), f"Decay of the mean squared gradients [{D.adapt.beta2}].")
@@ -367,20 +385,29 @@ def knob(name: str, kind, help: str, *more_names: str):
     click.Choice(["cpu", "cuda"]),
     "Where the model runs [cuda when available, else cpu]. A file decodes only on the same device kind.",
 )
-def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, **knobs):
+def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, **knobs):
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
-    A level (-1 ... -9) picks the network size and lanes; any setting given
-    explicitly overrides the level's.
+    By default the shipped pretrained model starts the coding and adapts to
+    each file. A level (-1 ... -9) picks the rule and lanes (-1, -2: the model
+    without adaptation, fastest); any setting given explicitly overrides the
+    level's.
     """
-    from .api import Compressor, make_settings
+    from .api import Compressor, make_settings, resolve_model
 
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
+    if online and model:
+        raise click.UsageError("--online and --model contradict each other")
+    if not online and "hidden" in knobs and not model:
+        raise click.UsageError("--hidden sets the network of online mode; add --online")
     try:
-        make_settings(level=level, **knobs)
+        model = None if online else resolve_model(model or DEFAULT_MODEL)
+        make_settings(level=level, model=model, **knobs)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    except DyncompressError as e:
+        raise click.ClickException(str(e) + ("" if online or model else " (or use --online)")) from None
 
     def one(path: str) -> None:
         if path != "-" and path.endswith(SUFFIX) and not opts.force:
@@ -391,7 +418,7 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
         def work(reader, writer, size):
             progress = Progress(_name(path), size, opts.verbosity >= 1)
             try:
-                comp = Compressor(level=level, size_hint=size, progress=progress, **knobs)
+                comp = Compressor(level=level, model=model, size_hint=size, progress=progress, **knobs)
                 while chunk := reader.read(CHUNK):
                     writer.write(comp.compress(chunk))
                 writer.write(comp.flush())
@@ -404,8 +431,13 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     _each(files, opts, one)
 
 
-def _decode_files(files, opts: Options, testing: bool) -> None:
-    from .api import iter_decompress
+def _decode_files(files, opts: Options, testing: bool, model: str | None) -> None:
+    from .api import iter_decompress, resolve_model
+
+    try:
+        model = resolve_model(model)
+    except DyncompressError as e:
+        raise click.ClickException(str(e)) from None
 
     def strip(p: str) -> str:
         if not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX:
@@ -419,7 +451,7 @@ def _decode_files(files, opts: Options, testing: bool) -> None:
         def work(reader, writer, size):
             progress = Progress(_name(path), None, opts.verbosity >= 1)
             try:
-                for piece in iter_decompress(reader.read, progress, CHUNK):
+                for piece in iter_decompress(reader.read, progress, CHUNK, model):
                     writer.write(piece)
             finally:
                 progress.close()
@@ -437,22 +469,24 @@ def _decode_files(files, opts: Options, testing: bool) -> None:
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @with_common
 @click.option("-t", "--test", "testing", is_flag=True, help="Decode and verify; write nothing.")
-def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing):
+@click.option("-m", "--model", metavar="NAME|PATH", help=MODEL_HELP)
+def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model):
     """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout)."""
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     if testing:
         opts.stdout, opts.remove = False, False
-    _decode_files(files, opts, testing)
+    _decode_files(files, opts, testing, model)
 
 
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @click.option("-q", "--quiet", count=True, help="Print nothing; the exit code tells.")
 @click.option("-v", "--verbose", count=True, help="Print FILE: OK per good file (the default).")
-def test(files, quiet, verbose):
+@click.option("-m", "--model", metavar="NAME|PATH", help=MODEL_HELP)
+def test(files, quiet, verbose, model):
     """Decode FILES and verify them against their checksums, writing nothing."""
     opts = _options(None, False, False, False, False, quiet, verbose + 1)
-    _decode_files(files, opts, testing=True)
+    _decode_files(files, opts, True, model)
 
 
 @main.command()
@@ -470,6 +504,163 @@ def info(files):
                 reader.close()
 
     _each(files, opts, one)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
+@click.option("--name", help="Model name recorded in the file [the output's base name].")
+@click.option("--hidden", type=click.IntRange(1), default=256, show_default=True, help="mLSTM hidden units.")
+@click.option("--batch", type=click.IntRange(1), default=128, show_default=True, help="Streams per batch.")
+@click.option("--bptt", type=click.IntRange(1), default=64, show_default=True, help="Bytes per truncated-BPTT step.")
+@click.option("--steps", type=click.IntRange(1), default=10_000, show_default=True, help="Optimizer steps.")
+@click.option("--minutes", type=click.FloatRange(0), default=0.0, help="Stop after this long; the learning-rate "
+              "schedule then runs on elapsed time (whichever of --steps / --minutes ends first).")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=2e-3, show_default=True, help="Peak Adam rate.")
+@click.option("--min-lr", type=click.FloatRange(0), default=1e-4, show_default=True, help="Rate at the end of the cosine.")
+@click.option("--warmup", type=click.IntRange(0), default=200, show_default=True, help="Linear warm-up steps.")
+@click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="Max gradient norm, 0 = none.")
+@click.option("--valid-bytes", type=click.IntRange(1), default=200_000, show_default=True,
+              help="Held out for validation, taken from the end of each file in proportion to its size.")
+@click.option("--eval-every", type=click.IntRange(1), default=500, show_default=True,
+              help="Validate and write a checkpoint every this many steps.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the initial weights.")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
+@click.option("-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default].")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
+def train(files, output, name, resume, threads, device, quiet, **config):
+    """Train a model on FILES (text; each file's tail is held out for validation)."""
+    from .train import TrainConfig, Trainer
+
+    if threads:
+        torch_threads(threads)
+    name = name or os.path.basename(output).removesuffix(".dcm")
+    command = "dyncompress train " + " ".join(sys.argv[2:])
+    try:
+        trainer = Trainer(TrainConfig(**config), list(files), device)
+        if resume:
+            trainer.resume(output)
+        elif os.path.exists(output):
+            raise Failure(f"{output} already exists (use --resume to continue it, or another -o)")
+    except (Failure, DyncompressError) as e:
+        raise click.ClickException(str(e)) from None
+    tty = sys.stderr.isatty() and not quiet
+    click.echo(
+        f"training {name}: {trainer.shape.num_params:,} parameters, {len(trainer.train_data):,} training bytes, "
+        f"{len(trainer.valid_data):,} held out", err=True
+    )
+
+    def report(line: str, milestone: bool) -> None:
+        if milestone:
+            click.echo(("\r\x1b[K" if tty else "") + line, err=True)
+        elif tty:
+            sys.stderr.write("\r" + line + "\x1b[K")
+            sys.stderr.flush()
+
+    model = trainer.run(output, name, command, report)
+    click.echo(f"wrote {output}: {model.summary}", err=True)
+
+
+@main.command()
+@click.argument("model_path", metavar="MODEL.dcm", type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", metavar="FILE", help="Write the calibrated model here [update MODEL in place].")
+@click.option("--bytes", "budget", type=click.IntRange(1), default=1_000_000, show_default=True,
+              help="Text to calibrate on, an equal share from the start of each file.")
+@click.option("--lanes", type=click.IntRange(1), default=16, show_default=True,
+              help="Lanes, as the codec will run (also stored as the model's default).")
+@click.option("--segment-len", type=click.IntRange(1), default=16, show_default=True,
+              help="Bytes per lane per gradient, n (also stored as the model's default).")
+@click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="As the codec clips.")
+@click.option("--lr", type=click.FloatRange(0), help="Store as the model's default learning rate.")
+@click.option("--decay", type=click.FloatRange(0), help="Store as the model's default rms-decay lambda.")
+@click.option("--eps", type=click.FloatRange(0, min_open=True), help="Store as the model's default eps.")
+@click.option("-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default].")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, decay, eps, threads, device):
+    """Collect MS_g (mean squared gradients per segment) of MODEL over FILES and store them in it.
+
+    The rms and rms-decay rules then use RMS_g = sqrt(MS_g) from the training text,
+    as in Krause et al. (2018), instead of statistics gathered on the stream.
+    """
+    from .model import load, save
+    from .train import calibrate as collect
+
+    if threads:
+        torch_threads(threads)
+    try:
+        model = load(model_path)
+        share = budget // len(files)
+        text = b""
+        for path in files:
+            with open(path, "rb") as f:
+                text += f.read(share)
+        progress = Progress("calibrate", len(text), True)
+        started = time.monotonic()
+        try:
+            model.ms = collect(model, text, lanes, segment_len, clip, device, progress)
+        finally:
+            progress.close()
+        defaults = dict(model.info.get("defaults", {}), lanes=lanes, segment_len=segment_len, clip=clip)
+        defaults.update({k: v for k, v in (("lr", lr), ("decay", decay), ("eps", eps)) if v is not None})
+        model.info["defaults"] = defaults
+        model.info["calibration"] = {
+            "files": [os.path.basename(p) for p in files],
+            "bytes": len(text),
+            "lanes": lanes,
+            "segment_len": segment_len,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        sha = save(model, output or model_path)
+    except OSError as e:
+        raise click.ClickException(f"{e.filename or model_path}: {e.strerror or e}") from None
+    except DyncompressError as e:
+        raise click.ClickException(str(e)) from None
+    rms = model.ms.sqrt()
+    click.echo(
+        f"wrote {output or model_path} (sha256 {sha[:16]}): MS_g over {len(text):,} bytes; "
+        f"RMS_g mean {float(rms.mean()):.3g}, max {float(rms.max()):.3g}",
+        err=True,
+    )
+
+
+@main.command()
+@click.option("-v", "--verbose", is_flag=True, help="Also print where each model is and its training record.")
+def models(verbose):
+    """List the installed models (and those in $DYNCOMPRESS_MODELS) with their card's summary."""
+    from .model import card_summary, installed, load
+
+    paths = installed()
+    if not paths:
+        click.echo("no models installed (encode --online works without one)")
+        return
+    for path in paths:
+        try:
+            m = load(path)
+        except DyncompressError as e:
+            click.echo(f"{os.path.basename(path)}: unreadable ({e})")
+            continue
+        mark = " (default)" if m.name == DEFAULT_MODEL else ""
+        calibrated = "calibrated" if m.ms is not None else "not calibrated"
+        click.echo(
+            f"{m.name}{mark}: mLSTM hidden {m.shape.hidden}, {m.shape.num_params:,} parameters, "
+            f"{os.path.getsize(path) / 1e6:.1f} MB, {calibrated}, sha256 {m.sha256[:16]}"
+        )
+        summary = card_summary(path) or m.summary
+        if summary:
+            click.echo(f"    {summary}")
+        if verbose:
+            click.echo(f"    file: {path}")
+            training = m.info.get("training", {})
+            if training:
+                click.echo(f"    trained: {training.get('command', '')}")
+
+
+def torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
 
 
 def run() -> None:

@@ -26,6 +26,7 @@ import torch
 from .adapt import RULES, Adapter, AdaptSettings
 from .coder import Decoder, Encoder, frequencies
 from .mlstm import MLSTM, MLSTMShape, init_params
+from .model import Model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -147,15 +148,24 @@ def from_lanes(tokens: np.ndarray, length: int) -> bytes:
 
 
 class Codec:
-    def __init__(self, settings: Settings) -> None:
+    """The coding loop for one stream. `model`: pretrained weights (and MS_g) to start from;
+    None is online mode, a seeded random start."""
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.s = settings
         self.device = prepare_device(settings.device)
         # denormals make the update rules ~10x slower; flushing them is part of the
         # arithmetic both sides share (process-wide, set before every codec)
         torch.set_flush_denormal(True)
-        theta = init_params(settings.shape, settings.seed).to(self.device, DTYPES[settings.dtype])
+        if model is None:
+            theta = init_params(settings.shape, settings.seed)
+        elif model.shape != settings.shape:
+            raise ValueError(f"model {model.name} has hidden size {model.shape.hidden}, settings say {settings.hidden}")
+        else:
+            theta = model.theta.clone()
+        theta = theta.to(self.device, DTYPES[settings.dtype])
         self.net = MLSTM(settings.shape, theta, settings.lanes, settings.segment_len)
-        self.adapter = Adapter(settings.adapt, theta)
+        self.adapter = Adapter(settings.adapt, theta, model.ms if model is not None else None)
         self.nats = 0.0  # ideal code length so far, for reporting
 
     def code_block(
@@ -194,6 +204,10 @@ class Codec:
         targets = torch.from_numpy(tokens.astype(np.int64)).to(self.device)
         in_play = np.arange(self.s.lanes)[None, :] < active[:, None]  # (T, B)
         weight = torch.from_numpy(in_play / int(active.sum())).to(self.device, self.net.theta.dtype)
+        if self.s.adapt.rule == "static":
+            self.nats += float(self.net.nll(T, targets, weight))
+            self.net.carry(T)
+            return
         self.nats += float(self.net.backward(T, targets, weight))
         self.adapter.update(self.net.theta, self.net.grad)
         self.net.carry(T)
@@ -218,14 +232,14 @@ _FINGERPRINT_TEXT = (
 )
 
 
-def fingerprint(settings: Settings) -> str:
+def fingerprint(settings: Settings, model: Model | None = None) -> str:
     """A hash of a fixed small run of the real code path with these settings.
 
     It covers forward, coding, backward and update on this platform's kernels at
     the file's shapes, so a machine that would compute different floats is
     caught before decoding starts.
     """
-    codec = Codec(settings)
+    codec = Codec(settings, model)
     length = 2 * settings.segment_len * settings.lanes + 3  # two segments and a ragged end
     sample = (_FINGERPRINT_TEXT * (length // len(_FINGERPRINT_TEXT) + 1))[:length]
     payload = encode_block(codec, sample)

@@ -132,6 +132,12 @@ class MLSTM:
         return torch.softmax(torch.addmm(w["b_out"], h, w["w_out"]), dim=-1, out=self.P[t])
 
     @torch.no_grad()
+    def nll(self, T: int, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The negative log-likelihood `backward` returns, without the backward pass."""
+        p_target = self.P[:T].gather(2, targets.unsqueeze(2)).squeeze(2)
+        return -(torch.log(p_target) * (weight > 0)).sum()
+
+    @torch.no_grad()
     def backward(self, T: int, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Gradient of sum(weight * -log p(target)) over the first T steps into `grad`.
 
@@ -143,8 +149,7 @@ class MLSTM:
         B = targets.shape[1]
         P, Z, TC, CS = self.P[:T], self.Z[:T], self.TC[:T], self.CS[:T]
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
-        p_target = P.gather(2, targets.unsqueeze(2)).squeeze(2)  # (T, B)
-        nll = -(torch.log(p_target) * (weight > 0)).sum()
+        nll = self.nll(T, targets, weight)
 
         # d(-log softmax)/dlogits = p - onehot (one_hot, not scatter: no atomics on any device)
         dlogits = (P - torch.nn.functional.one_hot(targets, ALPHABET).to(P.dtype)) * weight.unsqueeze(2)

@@ -8,7 +8,8 @@ import pytest
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
 # A small network: the tests check exactness and behaviour, not ratio, and must be quick.
-SMALL = dict(hidden=32, lanes=8, segment_len=8, device="cpu")
+NET = dict(hidden=32, lanes=8, segment_len=8, device="cpu")
+SMALL = dict(NET, model=None)  # online mode: no pretrained model
 
 
 def corpus(name: str) -> bytes:

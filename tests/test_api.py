@@ -41,7 +41,7 @@ def test_round_trip(name):
 
 def test_text_compresses():
     data = corpus("alice29.txt")[:12000]
-    packed = compress(data, hidden=64, lanes=4, device="cpu")
+    packed = compress(data, model=None, hidden=64, lanes=4, device="cpu")
     assert len(packed) < 0.75 * len(data)
 
 
@@ -144,7 +144,7 @@ def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
 
     expected = parse_header(packed)[0]["fingerprint"]
     monkeypatch.setattr(codec, "init_params", nudged)
-    monkeypatch.setattr(api, "fingerprint", lambda settings: expected)  # slip past the up-front check
+    monkeypatch.setattr(api, "fingerprint", lambda settings, model=None: expected)  # slip past the up-front check
     dec = Decompressor()
     with pytest.raises(DyncompressError, match="diverged"):
         dec.decompress(packed)
@@ -170,7 +170,7 @@ def test_open_binary_and_text(tmp_path):
 
 def test_unknown_setting_is_a_type_error():
     with pytest.raises(TypeError, match="hidden_size"):
-        compress(b"x", hidden_size=10)
+        compress(b"x", model=None, hidden_size=10)
 
 
 def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
@@ -189,7 +189,7 @@ def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
 @pytest.mark.parametrize("level", range(1, 10))
 def test_every_level_round_trips_with_its_own_shapes(level):
     data = corpus("alice29.txt")[5000:6500]
-    comp = Compressor(level=level, device="cpu", block_size=1000)  # a full first block: no size rule
+    comp = Compressor(level=level, model=None, device="cpu", block_size=1000)  # a full first block: no size rule
     packed = comp.compress(data) + comp.flush()
     meta = parse_header(packed)[0]["settings"]
     assert (meta["hidden"], meta["lanes"]) == (LEVELS[level]["hidden"], LEVELS[level]["lanes"])
@@ -198,9 +198,9 @@ def test_every_level_round_trips_with_its_own_shapes(level):
 
 def test_stream_shorter_than_a_block_gets_the_one_shot_settings():
     data = corpus("grammar.lsp")
-    comp = Compressor(level=1, device="cpu")  # no size given, as for a pipe
+    comp = Compressor(level=1, model=None, device="cpu")  # no size given, as for a pipe
     pieces = [comp.compress(data[i : i + 1000]) for i in range(0, len(data), 1000)]
     assert pieces == [b""] * len(pieces)  # nothing is decided before the block is full or flushed
     packed = b"".join(pieces) + comp.flush()
-    assert packed == compress(data, level=1, device="cpu")
+    assert packed == compress(data, level=1, model=None, device="cpu")
     assert parse_header(packed)[0]["settings"]["lanes"] == 1

@@ -12,7 +12,7 @@ import pytest
 from conftest import SMALL, corpus, run_cli
 from dyncompress import compress, decompress
 
-KNOBS = ["--hidden", "32", "--lanes", "8", "--segment-len", "8", "--device", "cpu"]
+KNOBS = ["--online", "--hidden", "32", "--lanes", "8", "--segment-len", "8", "--device", "cpu"]
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_interrupt_leaves_nothing_behind(tmp_path):
     big = tmp_path / "alice29.txt"
     big.write_bytes(corpus("alice29.txt"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dyncompress", "encode", "--hidden", "256", "--lanes", "1", str(big)],
+        [sys.executable, "-m", "dyncompress", "encode", "--online", "--hidden", "256", "--lanes", "1", str(big)],
         stderr=subprocess.PIPE,
     )
     deadline = time.time() + 60
@@ -155,7 +155,7 @@ def test_decode_in_fresh_process_with_other_thread_count(tmp_path, threads):
     """At these shapes the kernels' results depend on the thread count: the file records it."""
     data = corpus("enwik4")[:3000]
     packed = tmp_path / "enwik.dc"
-    packed.write_bytes(compress(data, hidden=256, lanes=16, threads=threads, device="cpu"))
+    packed.write_bytes(compress(data, model=None, hidden=256, lanes=16, threads=threads, device="cpu"))
     other = str(3 - threads)
     r = run_cli("decode", "-c", packed, env={"OMP_NUM_THREADS": other, "MKL_NUM_THREADS": other})
     assert r.returncode == 0, r.stderr

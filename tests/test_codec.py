@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import SMALL, corpus
+from conftest import NET, corpus
 from dyncompress.adapt import RULES, AdaptSettings
 from dyncompress.codec import (
     DEFAULT_LEVEL,
@@ -33,7 +33,7 @@ def test_lanes_split_and_join(length, lanes):
 @pytest.mark.parametrize("rule", RULES)
 def test_each_rule_round_trips_across_blocks(rule):
     data = corpus("grammar.lsp")
-    settings = Settings(**SMALL, adapt=AdaptSettings(rule=rule, lr=0.05 if rule == "sgd" else 3e-3, decay=1e-3))
+    settings = Settings(**NET, adapt=AdaptSettings(rule=rule, lr=0.05 if rule == "sgd" else 3e-3, decay=1e-3))
     enc, dec = Codec(settings), Codec(settings)
     pieces = [data[:1000], data[1000:1001], data[1001:]]  # blocks of unequal size; state carries over
     payloads = [encode_block(enc, p) for p in pieces]
@@ -43,26 +43,26 @@ def test_each_rule_round_trips_across_blocks(rule):
 def test_adaptation_learns_from_the_stream():
     """A repeated text costs less the second time: the parameters really change."""
     text = corpus("xargs.1")[:2000]
-    settings = Settings(**SMALL, adapt=AdaptSettings(lr=5e-3))
+    settings = Settings(**NET, adapt=AdaptSettings(lr=5e-3))
     codec = Codec(settings)
     first = len(encode_block(codec, text))
     second = len(encode_block(codec, text))
     assert second < 0.85 * first
-    static = Settings(**SMALL, adapt=AdaptSettings(lr=0.0))
+    static = Settings(**NET, adapt=AdaptSettings(lr=0.0))
     frozen = Codec(static)
     assert len(encode_block(frozen, text)) >= first
 
 
 def test_fingerprint_is_stable_and_tracks_settings():
-    s = Settings(**SMALL)
+    s = Settings(**NET)
     assert fingerprint(s) == fingerprint(s)
     assert len(fingerprint(s)) == 16
-    assert fingerprint(s) != fingerprint(Settings(**{**SMALL, "hidden": 33}))
-    assert fingerprint(s) != fingerprint(Settings(**SMALL, adapt=AdaptSettings(lr=1e-3)))
+    assert fingerprint(s) != fingerprint(Settings(**{**NET, "hidden": 33}))
+    assert fingerprint(s) != fingerprint(Settings(**NET, adapt=AdaptSettings(lr=1e-3)))
 
 
 def test_settings_validate_and_round_trip():
-    s = Settings(**SMALL, adapt=AdaptSettings(rule="rms-decay", decay=0.01))
+    s = Settings(**NET, adapt=AdaptSettings(rule="rms-decay", decay=0.01))
     assert Settings.from_dict(s.to_dict()) == s
     with pytest.raises(ValueError):
         Settings(lanes=0)

@@ -1,0 +1,303 @@
+"""Training a model (`dyncompress train`) and calibrating its MS_g (`dyncompress calibrate`).
+
+Training: the corpus files are concatenated (each file's tail held out for
+validation) and cut into `batch` contiguous streams. Every step runs `bptt`
+bytes of each stream through the network, backpropagates the mean loss through
+those steps (truncated BPTT; the state carries on to the next step), clips the
+gradient norm and takes an Adam step. The learning rate warms up, then follows a
+cosine down to `min_lr`. Validation bits per byte are measured on the held-out
+tails with the weights frozen. A checkpoint (model file + optimizer state) is
+written at every validation, and a run can resume from it.
+
+It reuses the codec's network (`mlstm.MLSTM`) with the batch as its lanes, so a
+trained model is exactly what the codec runs.
+
+Calibration (Krause et al. 2018): run the frozen model over text in the codec's
+segments (lanes x n bytes), take the gradient of each segment's mean loss as the
+codec would (clipped alike), and average g^2 per parameter: MS_g.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from . import __version__
+from .mlstm import MLSTM, MLSTMShape, init_params
+from .model import Model, ModelError, save
+
+LN2 = math.log(2)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    hidden: int = 256
+    batch: int = 128
+    bptt: int = 100
+    steps: int = 10_000
+    lr: float = 2e-3
+    min_lr: float = 1e-4
+    warmup: int = 200
+    clip: float = 1.0
+    valid_bytes: int = 200_000
+    eval_every: int = 500
+    seed: int = 0
+    minutes: float = 0.0  # > 0: a wall-clock budget; the schedule then runs on elapsed time
+
+
+def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """Train and valid byte arrays; each file's tail (share of `valid_bytes` by size) is held out."""
+    blobs = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                blobs.append(f.read())
+        except OSError as e:
+            raise ModelError(f"cannot read {path}: {e.strerror or e}") from None
+    total = sum(len(b) for b in blobs)
+    if total < 2 * valid_bytes or total == 0:
+        raise ModelError(f"corpus too small: {total:,} bytes for {valid_bytes:,} held-out bytes")
+    train, valid, record = [], [], []
+    for path, blob in zip(paths, blobs):
+        k = len(blob) * valid_bytes // total
+        train.append(blob[: len(blob) - k])
+        valid.append(blob[len(blob) - k :])
+        record.append(
+            {
+                "file": os.path.basename(path),
+                "bytes": len(blob),
+                "sha256": hashlib.sha256(blob).hexdigest()[:16],
+                "held_out": k,
+            }
+        )
+    join = lambda parts: np.frombuffer(b"".join(parts), dtype=np.uint8).astype(np.int64)  # noqa: E731
+    return join(train), join(valid), record
+
+
+def streams(data: np.ndarray, batch: int) -> np.ndarray:
+    """(batch, L) contiguous streams of the data (the tail that does not divide is dropped)."""
+    L = len(data) // batch
+    return data[: L * batch].reshape(batch, L)
+
+
+@torch.no_grad()
+def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: int = 64, chunk: int = 256) -> float:
+    """Bits per byte of `data` under frozen weights (lanes contiguous streams, state carried)."""
+    lanes = max(1, min(lanes, len(data) // 2))
+    S = torch.from_numpy(streams(data, lanes)).to(theta.device)
+    net = MLSTM(shape, theta, lanes, chunk)
+    nats, count = 0.0, 0
+    for start in range(0, S.shape[1] - 1, chunk):
+        T = min(chunk, S.shape[1] - 1 - start)
+        for t in range(T):
+            net.feed(S[:, start + t])
+            net.step(t)
+        targets = S[:, start + 1 : start + T + 1].T
+        nats -= float(torch.log(net.P[:T].gather(2, targets.unsqueeze(2))).sum())
+        count += targets.numel()
+        net.carry(T)
+    return nats / count / LN2
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, files: list[str], device: str = "cpu") -> None:
+        self.c = config
+        self.device = torch.device(device)
+        self.train_data, self.valid_data, self.corpus = read_corpus(files, config.valid_bytes)
+        self.S = torch.from_numpy(streams(self.train_data, config.batch)).to(self.device)
+        if self.S.shape[1] <= config.bptt + 1:
+            raise ModelError("corpus too small for this batch and bptt")
+        self.shape = MLSTMShape(config.hidden)
+        self.theta = init_params(self.shape, config.seed).to(self.device)
+        self.net = MLSTM(self.shape, self.theta, config.batch, config.bptt)
+        self.opt = torch.optim.Adam([self.theta], lr=config.lr)
+        self.step = 0
+        self.pos = 0  # position within the streams
+        self.seconds = 0.0
+        self.history: list[dict] = []
+
+    def lr_at(self, step: int) -> float:
+        c = self.c
+        if step < c.warmup:
+            return c.lr * (step + 1) / c.warmup
+        frac = (step - c.warmup) / max(1, c.steps - c.warmup)
+        if c.minutes > 0:  # whichever budget runs out first ends the schedule
+            frac = max(frac, self.seconds / (60 * c.minutes))
+        frac = min(1.0, frac)
+        return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * frac))
+
+    def train_step(self) -> float:
+        """One TBPTT step; returns the batch's bits per byte."""
+        c, net, S = self.c, self.net, self.S
+        if self.pos + c.bptt + 1 > S.shape[1]:  # wrap around: next epoch, fresh state
+            self.pos = 0
+            net.HS[0].zero_()
+            net.CS[0].zero_()
+        for t in range(c.bptt):
+            net.feed(S[:, self.pos + t])
+            net.step(t)
+        targets = S[:, self.pos + 1 : self.pos + c.bptt + 1].T.contiguous()
+        weight = torch.full(targets.shape, 1.0 / targets.numel(), device=self.device)
+        nats = float(net.backward(c.bptt, targets, weight))
+        grad = net.grad
+        if c.clip > 0:
+            torch.nn.utils.clip_grad_norm_([grad], c.clip)  # norm of the gradient tensor itself
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.theta.grad = grad
+        self.opt.step()
+        self.theta.grad = None
+        net.carry(c.bptt)
+        self.pos += c.bptt
+        self.step += 1
+        return nats / targets.numel() / LN2
+
+    def validate(self) -> float:
+        return evaluate(self.shape, self.theta, self.valid_data)
+
+    # --- checkpoints: a model file plus the optimizer and stream state beside it ---------
+
+    def model(self, name: str, command: str = "") -> Model:
+        info = {
+            "summary": f"mLSTM hidden {self.c.hidden}, {self.shape.num_params:,} parameters, "
+            f"trained on {len(self.train_data):,} bytes x {self.bytes_seen / max(1, len(self.train_data)):.1f} "
+            f"passes; held-out {self.history[-1]['valid_bpb']:.3f} bits/byte"
+            if self.history
+            else f"mLSTM hidden {self.c.hidden} (untrained)",
+            "training": {
+                "config": asdict(self.c),
+                "corpus": self.corpus,
+                "train_bytes": len(self.train_data),
+                "valid_bytes": len(self.valid_data),
+                "steps": self.step,
+                "bytes_seen": self.bytes_seen,
+                "seconds": round(self.seconds, 1),
+                "history": self.history,
+                "command": command,
+                "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, "
+                f"{torch.get_num_threads()} threads, device {self.device.type}",
+                "dyncompress": __version__,
+            },
+        }
+        return Model(name, self.shape, self.theta.detach().cpu().clone(), None, info)
+
+    @property
+    def bytes_seen(self) -> int:
+        return self.step * self.c.batch * self.c.bptt
+
+    def save_checkpoint(self, path: str, name: str, command: str) -> None:
+        save(self.model(name, command), path)
+        state = {
+            "step": self.step,
+            "pos": self.pos,
+            "seconds": self.seconds,
+            "history": self.history,
+            "config": asdict(self.c),
+            "optimizer": self.opt.state_dict(),
+            "h": self.net.HS[0].cpu(),
+            "c": self.net.CS[0].cpu(),
+        }
+        tmp = path + ".state.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path + ".state")
+
+    def resume(self, path: str) -> None:
+        from .model import load
+
+        try:
+            state = torch.load(path + ".state", map_location=self.device, weights_only=True)
+        except FileNotFoundError:
+            raise ModelError(f"no training state {path}.state to resume from") from None
+        if state["config"]["hidden"] != self.c.hidden or state["config"]["batch"] != self.c.batch:
+            raise ModelError("the checkpoint was trained with another hidden size or batch")
+        self.theta.copy_(load(path).theta.to(self.device))
+        self.opt.load_state_dict(state["optimizer"])
+        self.step, self.pos, self.seconds = state["step"], state["pos"], state["seconds"]
+        self.history = state["history"]
+        self.net.HS[0].copy_(state["h"])
+        self.net.CS[0].copy_(state["c"])
+
+    def run(
+        self,
+        out: str,
+        name: str,
+        command: str = "",
+        report: Callable[[str, bool], None] | None = None,
+    ) -> Model:
+        """Train to `steps` (or `minutes`), validating and checkpointing every `eval_every`."""
+        c = self.c
+        max_seconds = 60 * c.minutes if c.minutes > 0 else None
+        ema, started, last_valid = None, time.monotonic(), float("nan")
+        base_seconds = self.seconds
+        while self.step < c.steps:
+            bpb = self.train_step()
+            ema = bpb if ema is None else 0.98 * ema + 0.02 * bpb
+            self.seconds = base_seconds + time.monotonic() - started
+            done = self.step == c.steps or (max_seconds is not None and self.seconds >= max_seconds)
+            if self.step % c.eval_every == 0 or done:
+                last_valid = self.validate()
+                self.history.append(
+                    {
+                        "step": self.step,
+                        "seconds": round(self.seconds, 1),
+                        "train_bpb": round(ema, 4),
+                        "valid_bpb": round(last_valid, 4),
+                    }
+                )
+                self.save_checkpoint(out, name, command)
+            if report is not None:
+                rate = self.step * c.batch * c.bptt / max(self.seconds, 1e-9) / 1e3
+                eta = (c.steps - self.step) * self.seconds / max(self.step, 1)
+                if max_seconds is not None:
+                    eta = min(eta, max_seconds - self.seconds)
+                report(
+                    f"step {self.step:,}/{c.steps:,}  train {ema:.3f}  valid {last_valid:.3f} bits/byte  "
+                    f"lr {self.lr_at(self.step):.2e}  {rate:.1f} kB/s  ETA {eta / 60:.0f} min",
+                    self.step % c.eval_every == 0 or done,
+                )
+            if done:
+                break
+        return self.model(name, command)
+
+
+def calibrate(
+    model: Model,
+    data: bytes,
+    lanes: int,
+    segment_len: int,
+    clip: float,
+    device: str = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """MS_g: mean over segments of the squared (clipped) gradient of each segment's mean loss."""
+    dev = torch.device(device)
+    theta = model.theta.to(dev).clone()
+    S = torch.from_numpy(streams(np.frombuffer(data, dtype=np.uint8).astype(np.int64), lanes)).to(dev)
+    if S.shape[1] < segment_len + 1:
+        raise ModelError(f"calibration text too short: {len(data):,} bytes for {lanes} lanes x {segment_len}")
+    net = MLSTM(model.shape, theta, lanes, segment_len)
+    ms = torch.zeros_like(theta)
+    weight = torch.full((segment_len, lanes), 1.0 / (segment_len * lanes), device=dev)
+    segments = 0
+    for start in range(0, S.shape[1] - segment_len, segment_len):
+        for t in range(segment_len):
+            net.feed(S[:, start + t])
+            net.step(t)
+        net.backward(segment_len, S[:, start + 1 : start + segment_len + 1].T.contiguous(), weight)
+        g = net.grad
+        if clip > 0:
+            g.mul_((clip / (g.norm() + 1e-12)).clamp_(max=1.0))
+        ms.addcmul_(g, g)
+        segments += 1
+        net.carry(segment_len)
+        if progress is not None:
+            progress(segment_len * lanes)
+    return (ms / segments).cpu()

@@ -1,0 +1,1 @@
+"""Installed pretrained models (*.dcm) and their cards (*.md); installed as `dyncompress.models`."""
