@@ -36,6 +36,13 @@ class Failure(Exception):
     """A one-line problem with one file; the run goes on to the next file."""
 
 
+class Fatal(click.ClickException):
+    """A one-line error that ends the command (exit 1), printed like every other error."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"dyncompress: {self.format_message()}", err=True)
+
+
 @dataclass
 class Options:
     output: str | None
@@ -353,11 +360,20 @@ def knob(name: str, kind, help: str, *more_names: str):
     click.IntRange(1, 1 << 30),
     f"Bytes per block (bounds memory; adaptation carries across blocks) [{D.block_size}].",
 )
-@click.option("-m", "--model", metavar="NAME|PATH", default=None,
-              help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-              f".dcm file [{DEFAULT_MODEL}].")
-@click.option("--online", is_flag=True, help="No pretrained model: a seeded random start that learns from "
-              "the input alone (the network size then follows the level or --hidden).")
+@click.option(
+    "-m",
+    "--model",
+    metavar="NAME|PATH",
+    default=None,
+    help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
+    f".dcm file [{DEFAULT_MODEL}].",
+)
+@click.option(
+    "--online",
+    is_flag=True,
+    help="No pretrained model: a seeded random start that learns from "
+    "the input alone (the network size then follows the level or --hidden).",
+)
 @knob(
     "--rule",
     click.Choice(RULES),
@@ -407,7 +423,7 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     except DyncompressError as e:
-        raise click.ClickException(str(e) + ("" if online or model else " (or use --online)")) from None
+        raise Fatal(str(e) + ("" if online or model else "; encode --online works without a model")) from None
 
     def one(path: str) -> None:
         if path != "-" and path.endswith(SUFFIX) and not opts.force:
@@ -437,7 +453,7 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None) -> Non
     try:
         model = resolve_model(model)
     except DyncompressError as e:
-        raise click.ClickException(str(e)) from None
+        raise Fatal(str(e)) from None
 
     def strip(p: str) -> str:
         if not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX:
@@ -514,16 +530,31 @@ def info(files):
 @click.option("--batch", type=click.IntRange(1), default=128, show_default=True, help="Streams per batch.")
 @click.option("--bptt", type=click.IntRange(1), default=64, show_default=True, help="Bytes per truncated-BPTT step.")
 @click.option("--steps", type=click.IntRange(1), default=10_000, show_default=True, help="Optimizer steps.")
-@click.option("--minutes", type=click.FloatRange(0), default=0.0, help="Stop after this long; the learning-rate "
-              "schedule then runs on elapsed time (whichever of --steps / --minutes ends first).")
+@click.option(
+    "--minutes",
+    type=click.FloatRange(0),
+    default=0.0,
+    help="Stop after this long; the learning-rate "
+    "schedule then runs on elapsed time (whichever of --steps / --minutes ends first).",
+)
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=2e-3, show_default=True, help="Peak Adam rate.")
-@click.option("--min-lr", type=click.FloatRange(0), default=1e-4, show_default=True, help="Rate at the end of the cosine.")
+@click.option("--min-lr", type=click.FloatRange(0), default=1e-4, show_default=True, help="Final rate of the cosine.")
 @click.option("--warmup", type=click.IntRange(0), default=200, show_default=True, help="Linear warm-up steps.")
 @click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="Max gradient norm, 0 = none.")
-@click.option("--valid-bytes", type=click.IntRange(1), default=200_000, show_default=True,
-              help="Held out for validation, taken from the end of each file in proportion to its size.")
-@click.option("--eval-every", type=click.IntRange(1), default=500, show_default=True,
-              help="Validate and write a checkpoint every this many steps.")
+@click.option(
+    "--valid-bytes",
+    type=click.IntRange(1),
+    default=200_000,
+    show_default=True,
+    help="Held out for validation, taken from the end of each file in proportion to its size.",
+)
+@click.option(
+    "--eval-every",
+    type=click.IntRange(1),
+    default=500,
+    show_default=True,
+    help="Validate and write a checkpoint every this many steps.",
+)
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the initial weights.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
 @click.option("-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default].")
@@ -537,18 +568,19 @@ def train(files, output, name, resume, threads, device, quiet, **config):
         torch_threads(threads)
     name = name or os.path.basename(output).removesuffix(".dcm")
     command = "dyncompress train " + " ".join(sys.argv[2:])
+    if os.path.exists(output) and not resume:
+        raise Fatal(f"{output} already exists (use --resume to continue it, or another -o)")
     try:
         trainer = Trainer(TrainConfig(**config), list(files), device)
         if resume:
             trainer.resume(output)
-        elif os.path.exists(output):
-            raise Failure(f"{output} already exists (use --resume to continue it, or another -o)")
-    except (Failure, DyncompressError) as e:
-        raise click.ClickException(str(e)) from None
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
     tty = sys.stderr.isatty() and not quiet
     click.echo(
         f"training {name}: {trainer.shape.num_params:,} parameters, {len(trainer.train_data):,} training bytes, "
-        f"{len(trainer.valid_data):,} held out", err=True
+        f"{len(trainer.valid_data):,} held out",
+        err=True,
     )
 
     def report(line: str, milestone: bool) -> None:
@@ -566,12 +598,28 @@ def train(files, output, name, resume, threads, device, quiet, **config):
 @click.argument("model_path", metavar="MODEL.dcm", type=click.Path(exists=True, dir_okay=False))
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", metavar="FILE", help="Write the calibrated model here [update MODEL in place].")
-@click.option("--bytes", "budget", type=click.IntRange(1), default=1_000_000, show_default=True,
-              help="Text to calibrate on, an equal share from the start of each file.")
-@click.option("--lanes", type=click.IntRange(1), default=16, show_default=True,
-              help="Lanes, as the codec will run (also stored as the model's default).")
-@click.option("--segment-len", type=click.IntRange(1), default=16, show_default=True,
-              help="Bytes per lane per gradient, n (also stored as the model's default).")
+@click.option(
+    "--bytes",
+    "budget",
+    type=click.IntRange(1),
+    default=1_000_000,
+    show_default=True,
+    help="Text to calibrate on, an equal share from the start of each file.",
+)
+@click.option(
+    "--lanes",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="Lanes, as the codec will run (also stored as the model's default).",
+)
+@click.option(
+    "--segment-len",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="Bytes per lane per gradient, n (also stored as the model's default).",
+)
 @click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="As the codec clips.")
 @click.option("--lr", type=click.FloatRange(0), help="Store as the model's default learning rate.")
 @click.option("--decay", type=click.FloatRange(0), help="Store as the model's default rms-decay lambda.")
@@ -614,9 +662,9 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
         }
         sha = save(model, output or model_path)
     except OSError as e:
-        raise click.ClickException(f"{e.filename or model_path}: {e.strerror or e}") from None
+        raise Fatal(f"{e.filename or model_path}: {e.strerror or e}") from None
     except DyncompressError as e:
-        raise click.ClickException(str(e)) from None
+        raise Fatal(str(e)) from None
     rms = model.ms.sqrt()
     click.echo(
         f"wrote {output or model_path} (sha256 {sha[:16]}): MS_g over {len(text):,} bytes; "

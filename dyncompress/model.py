@@ -55,7 +55,7 @@ class Model:
 
     def __post_init__(self) -> None:
         if self.theta.numel() != self.shape.num_params:
-            raise ModelError(f"model {self.name}: {self.theta.numel()} weights, its shape needs {self.shape.num_params}")
+            raise ModelError(f"model {self.name}: {self.theta.numel()} weights, its shape has {self.shape.num_params}")
         if self.ms is not None and self.ms.shape != self.theta.shape:
             raise ModelError(f"model {self.name}: MS_g has {self.ms.numel()} entries, not {self.theta.numel()}")
 
@@ -134,6 +134,9 @@ def save(model: Model, path: str, store: str = "float32") -> str:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets; a model is for sharing
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

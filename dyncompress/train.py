@@ -14,7 +14,8 @@ trained model is exactly what the codec runs.
 
 Calibration (Krause et al. 2018): run the frozen model over text in the codec's
 segments (lanes x n bytes), take the gradient of each segment's mean loss as the
-codec would (clipped alike), and average g^2 per parameter: MS_g.
+codec would (clipped alike), and average g^2 per parameter: MS_g (floored, see
+`calibrate`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .mlstm import MLSTM, MLSTMShape, init_params
+from .mlstm import MLSTM, MLSTMShape, init_params, unflatten
 from .model import Model, ModelError, save
 
 LN2 = math.log(2)
@@ -66,7 +67,7 @@ def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndar
     if total < 2 * valid_bytes or total == 0:
         raise ModelError(f"corpus too small: {total:,} bytes for {valid_bytes:,} held-out bytes")
     train, valid, record = [], [], []
-    for path, blob in zip(paths, blobs):
+    for path, blob in zip(paths, blobs, strict=True):
         k = len(blob) * valid_bytes // total
         train.append(blob[: len(blob) - k])
         valid.append(blob[len(blob) - k :])
@@ -300,4 +301,10 @@ def calibrate(
         net.carry(segment_len)
         if progress is not None:
             progress(segment_len * lanes)
-    return (ms / segments).cpu()
+    ms /= segments
+    # A byte the text never showed leaves its input row's MS_g at 0, and a step divided by
+    # sqrt(0) + eps would throw the model away when that byte comes. Floor every entry at
+    # 1e-3 of its tensor's mean: such a row then moves as a byte seen once in a thousand would.
+    for view in unflatten(model.shape, ms).values():
+        view.clamp_(min=float(view.mean()) * 1e-3 + 1e-30)
+    return ms.cpu()

@@ -1,0 +1,89 @@
+"""Benchmark a pretrained model: static vs every dynamic rule vs online mode, on several files.
+
+    python bench/models.py                      # the default model on the issue's four files
+    python bench/models.py --model PATH --files enwik6 alice29 --rules static rms-decay
+
+For each file and rule it encodes for real (header included) and prints bits per
+byte and encode kB/s; the model's default rule is also decoded, checked byte for
+byte and timed. `online` is the random-start mode at the default level. Run it
+alone: speeds on a 2-core machine mean nothing beside another job. Reads the big
+files from ../shared/corpora (see its README); enwik6 = the first 10^6 bytes of enwik8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+import dyncompress
+from dyncompress.api import make_settings
+from dyncompress.model import DEFAULT_MODEL
+from dyncompress.model import find as find_model
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+FILES = {
+    "enwik6": ("enwik8/enwik8_head_3500000", 1_000_000),
+    "alice29": ("canterbury/alice29.txt", None),
+    "plrabn12": ("canterbury/plrabn12.txt", None),
+    "quijote1M": ("multilingual/spa_gutenberg_pg2000_don_quijote.txt", 1_000_000),
+}
+RULES = ["static", "sgd", "rms", "rms-decay", "online"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--files", nargs="+", default=list(FILES), choices=list(FILES))
+    ap.add_argument("--rules", nargs="+", default=RULES, choices=RULES)
+    ap.add_argument("--lr", type=float, help="override the model's learning rate (sgd uses --sgd-lr)")
+    ap.add_argument("--sgd-lr", type=float, default=None, help="learning rate for sgd [the model's lr x 10]")
+    ap.add_argument("--no-decode", action="store_true", help="skip decoding the default rule")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model = find_model(args.model)
+    default_rule = make_settings(model=model).adapt.rule
+    print(
+        f"# {datetime.date.today()}  {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, "
+        f"1 thread; model {model.name} sha256 {model.sha256[:16]}"
+    )
+    print("| file | bytes | rule | lr | bits/byte | vs static | encode kB/s | decode kB/s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for name in args.files:
+        rel, limit = FILES[name]
+        data = (SHARED / rel).read_bytes()[:limit]
+        static_bpb = None
+        for rule in args.rules:
+            knobs: dict = {"device": "cpu"}
+            if rule == "online":
+                use = None
+            else:
+                use, knobs["rule"] = model, rule
+                base_lr = args.lr if args.lr is not None else make_settings(model=model).adapt.lr
+                if rule == "sgd":
+                    knobs["lr"] = args.sgd_lr if args.sgd_lr is not None else 10 * base_lr
+                elif args.lr is not None:
+                    knobs["lr"] = args.lr
+            t0 = time.perf_counter()
+            comp = dyncompress.Compressor(model=use, size_hint=len(data), **knobs)
+            packed = comp.compress(data) + comp.flush()
+            enc = len(data) / (time.perf_counter() - t0) / 1e3
+            dec = ""
+            if rule == default_rule and not args.no_decode:
+                t1 = time.perf_counter()
+                assert dyncompress.decompress(packed, model=model) == data, f"{name} {rule}: not exact"
+                dec = f"{len(data) / (time.perf_counter() - t1) / 1e3:.1f}"
+            bpb = 8 * len(packed) / len(data)
+            if rule == "static":
+                static_bpb = bpb
+            gain = f"{100 * (bpb / static_bpb - 1):+.1f} %" if static_bpb and rule != "static" else ""
+            lr = "" if rule == "static" else f"{comp.settings.adapt.lr:g}"
+            print(f"| {name} | {len(data):,} | {rule} | {lr} | {bpb:.3f} | {gain} | {enc:.1f} | {dec} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

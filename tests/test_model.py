@@ -1,0 +1,187 @@
+"""Models: training, calibration, the .dcm file, coding with a model, and finding the installed one."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import CORPORA, corpus, run_cli
+from dyncompress import DyncompressError, compress, decompress
+from dyncompress.container import parse_header
+from dyncompress.model import DEFAULT_MODEL, Model, ModelError, from_bytes, load, save
+from dyncompress.train import TrainConfig, Trainer, calibrate
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = TrainConfig(hidden=24, batch=8, bptt=32, steps=60, lr=1e-2, warmup=5, valid_bytes=8000, eval_every=30)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Model]:
+    """A tiny model trained briefly on Alice and calibrated on it; the file and the loaded model."""
+    path = tmp_path_factory.mktemp("models") / "tiny.dcm"
+    trainer = Trainer(TINY, [str(CORPORA / "alice29.txt")])
+    model = trainer.run(str(path), "tiny")
+    model.ms = calibrate(model, corpus("alice29.txt")[:20000], lanes=4, segment_len=8, clip=1.0)
+    model.info["defaults"] = {"lanes": 4, "segment_len": 8, "lr": 3e-3, "decay": 1e-3}
+    save(model, str(path))
+    return path, load(str(path))
+
+
+def test_training_lowers_validation_bpb():
+    trainer = Trainer(TINY, [str(CORPORA / "alice29.txt")])
+    before = trainer.validate()
+    for _ in range(TINY.steps):
+        trainer.train_step()
+    after = trainer.validate()
+    assert before > 7.5  # a random start: about 8 bits per byte
+    assert after < before - 2.0, (before, after)
+
+
+def test_training_resumes_from_its_checkpoint(tmp_path):
+    config = TrainConfig(**{**TINY.__dict__, "steps": 20, "eval_every": 10})
+    out = str(tmp_path / "m.dcm")
+    straight = Trainer(config, [str(CORPORA / "alice29.txt")])
+    straight.run(out, "m")
+    interrupted = Trainer(config, [str(CORPORA / "alice29.txt")])
+    for _ in range(10):  # as if stopped after the checkpoint at step 10
+        interrupted.train_step()
+    interrupted.save_checkpoint(str(tmp_path / "r.dcm"), "r", "")
+    resumed = Trainer(config, [str(CORPORA / "alice29.txt")])
+    resumed.resume(str(tmp_path / "r.dcm"))
+    assert resumed.step == 10
+    resumed.run(str(tmp_path / "r.dcm"), "r")
+    assert torch.equal(resumed.theta, straight.theta)  # same data, same order, same steps
+
+
+def test_calibration_gives_finite_positive_ms_of_the_right_shape(tiny):
+    _, model = tiny
+    assert model.ms is not None and model.ms.shape == model.theta.shape
+    assert torch.isfinite(model.ms).all() and (model.ms > 0).all()
+
+
+def test_save_load_round_trip_is_exact(tiny, tmp_path):
+    path, model = tiny
+    again = tmp_path / "again.dcm"
+    save(model, str(again))
+    loaded = load(str(again))
+    assert torch.equal(loaded.theta, model.theta) and torch.equal(loaded.ms, model.ms)
+    assert loaded.info == model.info and loaded.name == "tiny" and loaded.shape == model.shape
+    assert again.read_bytes() == path.read_bytes() and loaded.sha256 == model.sha256
+
+
+def test_damaged_model_files_are_refused(tiny):
+    data = tiny[0].read_bytes()
+    for bad in (data[:-1], data[: len(data) // 2], data[:5] + b"X" + data[6:], b"", b"not a model"):
+        with pytest.raises(ModelError):
+            from_bytes(bad, "bad.dcm")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 1
+    with pytest.raises(ModelError, match="checksum"):
+        from_bytes(bytes(flipped), "bad.dcm")
+
+
+@pytest.mark.parametrize("rule", ["static", "sgd", "rms", "rms-decay"])
+def test_round_trip_with_a_pretrained_model(tiny, rule):
+    _, model = tiny
+    data = corpus("alice29.txt")[30000:34000] + "¿Qué tal? 你好".encode()
+    packed = compress(data, model=model, rule=rule, device="cpu")
+    meta = parse_header(packed)[0]
+    assert meta["model"] == {"name": "tiny", "sha256": model.sha256}
+    assert meta["settings"]["hidden"] == 24 and meta["settings"]["adapt"]["rule"] == rule
+    assert decompress(packed, model=model) == data
+
+
+def test_the_pretrained_start_beats_a_random_one(tiny):
+    _, model = tiny
+    data = corpus("alice29.txt")[40000:44000]
+    pre = compress(data, model=model, rule="static", device="cpu")
+    online = compress(data, model=None, hidden=24, lanes=4, segment_len=8, rule="static", device="cpu")
+    assert len(pre) < 0.8 * len(online)
+
+
+def test_decode_with_the_wrong_model_is_refused_naming_both_hashes(tiny, tmp_path):
+    _, model = tiny
+    other = Model("tiny", model.shape, model.theta + 1e-3, model.ms, model.info)
+    save(other, str(tmp_path / "other.dcm"))
+    packed = compress(b"which model?", model=model, device="cpu")
+    with pytest.raises(ModelError) as e:
+        decompress(packed, model=str(tmp_path / "other.dcm"))
+    assert model.sha256[:16] in str(e.value) and other.sha256[:16] in str(e.value)
+    with pytest.raises(DyncompressError, match="not installed"):  # by name: no such model installed
+        decompress(packed)
+
+
+def test_cli_model_by_path_and_by_name(tiny, tmp_path):
+    path, model = tiny
+    text = tmp_path / "t.txt"
+    text.write_bytes(corpus("alice29.txt")[:3000])
+    r = run_cli("encode", "--model", path, "--device", "cpu", text)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("info", str(text) + ".dc")
+    assert b"tiny (sha256 " + model.sha256[:16].encode() in r.stdout
+    r = run_cli("decode", "-c", str(text) + ".dc")  # not installed under its name
+    assert r.returncode == 1 and b"--model" in r.stderr and b"Traceback" not in r.stderr
+    r = run_cli("decode", "-c", str(text) + ".dc", env={"DYNCOMPRESS_MODELS": str(path.parent)})
+    assert r.returncode == 0 and r.stdout == text.read_bytes()
+    r = run_cli("decode", "-c", "--model", path, str(text) + ".dc")
+    assert r.returncode == 0 and r.stdout == text.read_bytes()
+    r = run_cli("models", env={"DYNCOMPRESS_MODELS": str(path.parent)})
+    assert r.returncode == 0 and b"tiny: mLSTM hidden 24" in r.stdout and b"calibrated" in r.stdout
+
+
+def test_cli_train_and_calibrate(tmp_path):
+    out = tmp_path / "cli.dcm"
+    args = ["--hidden", "16", "--batch", "4", "--bptt", "16", "--steps", "12", "--eval-every", "6"]
+    r = run_cli("train", CORPORA / "alice29.txt", "-o", out, *args, "--valid-bytes", "4000")
+    assert r.returncode == 0, r.stderr
+    assert b"valid" in r.stderr and load(str(out)).info["training"]["steps"] == 12
+    r = run_cli("train", CORPORA / "alice29.txt", "-o", out, *args)
+    assert r.returncode == 1 and b"--resume" in r.stderr  # never overwrites a model silently
+    r = run_cli("calibrate", out, CORPORA / "alice29.txt", "--bytes", "5000", "--lanes", "2", "--segment-len", "8")
+    assert r.returncode == 0, r.stderr
+    m = load(str(out))
+    assert m.ms is not None and m.info["defaults"]["lanes"] == 2 and m.info["calibration"]["bytes"] == 5000
+    r = run_cli("calibrate", tmp_path / "missing.dcm", CORPORA / "alice29.txt")
+    assert r.returncode == 2 and b"Traceback" not in r.stderr
+
+
+def test_online_and_model_contradict(tmp_path):
+    r = run_cli("encode", "--online", "--model", "x", "-c", CORPORA / "grammar.lsp")
+    assert r.returncode == 2 and b"contradict" in r.stderr
+    r = run_cli("encode", "--model", tmp_path / "nope.dcm", "-c", CORPORA / "grammar.lsp")
+    assert r.returncode == 1 and b"not found" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_default_model_is_found_by_a_non_editable_install(tmp_path):
+    """`pip install .` (a copy, not the source tree) must carry the default model with it."""
+    target = tmp_path / "site"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(ROOT)],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    text = elsewhere / "grammar.lsp"
+    text.write_bytes(corpus("grammar.lsp"))
+    env = dict(os.environ, PYTHONPATH=str(target))
+    env.pop("DYNCOMPRESS_MODELS", None)
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], capture_output=True, cwd=elsewhere, env=env)
+
+    where = run("-c", "import dyncompress; print(dyncompress.__file__)")
+    assert where.stdout.decode().startswith(str(target))  # the installed copy, not the source tree
+    r = run("-m", "dyncompress", "models")
+    assert r.returncode == 0 and f"{DEFAULT_MODEL} (default)".encode() in r.stdout
+    r = run("-m", "dyncompress", "encode", "--device", "cpu", "grammar.lsp")
+    assert r.returncode == 0, r.stderr
+    meta = parse_header((elsewhere / "grammar.lsp.dc").read_bytes())[0]
+    assert meta["model"]["name"] == DEFAULT_MODEL
+    (elsewhere / "grammar.lsp").unlink()
+    r = run("-m", "dyncompress", "decode", "grammar.lsp.dc")
+    assert r.returncode == 0 and (elsewhere / "grammar.lsp").read_bytes() == corpus("grammar.lsp")
