@@ -43,6 +43,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, help="override the model's learning rate (sgd uses --sgd-lr)")
     ap.add_argument("--sgd-lr", type=float, default=None, help="learning rate for sgd [the model's lr x 10]")
     ap.add_argument("--no-decode", action="store_true", help="skip decoding the default rule")
+    ap.add_argument("--limit", type=int, help="only the first LIMIT bytes of each file (a quick check)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = find_model(args.model)
@@ -55,7 +56,7 @@ def main() -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|")
     for name in args.files:
         rel, limit = FILES[name]
-        data = (SHARED / rel).read_bytes()[:limit]
+        data = (SHARED / rel).read_bytes()[:limit][: args.limit]
         static_bpb = None
         for rule in args.rules:
             knobs: dict = {"device": "cpu"}
