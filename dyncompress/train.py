@@ -6,8 +6,9 @@ bytes of each stream through the network, backpropagates the mean loss through
 those steps (truncated BPTT; the state carries on to the next step), clips the
 gradient norm and takes an Adam step. The learning rate warms up, then follows a
 cosine down to `min_lr`. Validation bits per byte are measured on the held-out
-tails with the weights frozen. A checkpoint (model file + optimizer state) is
-written at every validation, and a run can resume from it.
+tails with the weights frozen. At every validation the training state is
+written beside the model (`MODEL.state`, to `--resume` from) and the model file
+itself only when validation improved: the output is the best model seen.
 
 It reuses the codec's network (`mlstm.MLSTM`) with the batch as its lanes, so a
 trained model is exactly what the codec runs.
@@ -33,7 +34,7 @@ import torch
 
 from . import __version__
 from .mlstm import MLSTM, MLSTMShape, init_params, unflatten
-from .model import Model, ModelError, save
+from .model import Model, ModelError, load, save
 
 LN2 = math.log(2)
 
@@ -194,9 +195,12 @@ class Trainer:
     def bytes_seen(self) -> int:
         return self.step * self.c.batch * self.c.bptt
 
-    def save_checkpoint(self, path: str, name: str, command: str) -> None:
-        save(self.model(name, command), path)
+    def save_checkpoint(self, path: str, name: str, command: str, best: bool = True) -> None:
+        """The training state (to resume from) always; the model file only when `best` so far."""
+        if best:
+            save(self.model(name, command), path)
         state = {
+            "theta": self.theta.detach().cpu().clone(),
             "step": self.step,
             "pos": self.pos,
             "seconds": self.seconds,
@@ -211,15 +215,13 @@ class Trainer:
         os.replace(tmp, path + ".state")
 
     def resume(self, path: str) -> None:
-        from .model import load
-
         try:
             state = torch.load(path + ".state", map_location=self.device, weights_only=True)
         except FileNotFoundError:
             raise ModelError(f"no training state {path}.state to resume from") from None
         if state["config"]["hidden"] != self.c.hidden or state["config"]["batch"] != self.c.batch:
             raise ModelError("the checkpoint was trained with another hidden size or batch")
-        self.theta.copy_(load(path).theta.to(self.device))
+        self.theta.copy_(state["theta"])
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.pos, self.seconds = state["step"], state["pos"], state["seconds"]
         self.history = state["history"]
@@ -245,6 +247,9 @@ class Trainer:
             done = self.step == c.steps or (max_seconds is not None and self.seconds >= max_seconds)
             if self.step % c.eval_every == 0 or done:
                 last_valid = self.validate()
+                if not math.isfinite(last_valid) or not math.isfinite(ema):
+                    raise ModelError(f"training diverged at step {self.step} (loss not finite); lower --lr")
+                best = all(last_valid < h["valid_bpb"] for h in self.history)
                 self.history.append(
                     {
                         "step": self.step,
@@ -253,7 +258,7 @@ class Trainer:
                         "valid_bpb": round(last_valid, 4),
                     }
                 )
-                self.save_checkpoint(out, name, command)
+                self.save_checkpoint(out, name, command, best)
             if report is not None:
                 rate = self.step * c.batch * c.bptt / max(self.seconds, 1e-9) / 1e3
                 eta = (c.steps - self.step) * self.seconds / max(self.step, 1)
@@ -266,7 +271,7 @@ class Trainer:
                 )
             if done:
                 break
-        return self.model(name, command)
+        return load(out)  # the best validated weights, as written
 
 
 def calibrate(
