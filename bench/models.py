@@ -41,9 +41,11 @@ def main() -> None:
     ap.add_argument("--files", nargs="+", default=list(FILES), choices=list(FILES))
     ap.add_argument("--rules", nargs="+", default=RULES, choices=RULES)
     ap.add_argument("--lr", type=float, help="override the model's learning rate (sgd uses --sgd-lr)")
-    ap.add_argument("--sgd-lr", type=float, default=None, help="learning rate for sgd [the model's lr x 10]")
+    ap.add_argument("--sgd-lr", type=float, default=0.1, help="learning rate for sgd [0.1, tuned]")
+    ap.add_argument("--rms-lr", type=float, default=3e-4, help="learning rate for rms [3e-4, tuned]")
     ap.add_argument("--no-decode", action="store_true", help="skip decoding the default rule")
     ap.add_argument("--limit", type=int, help="only the first LIMIT bytes of each file (a quick check)")
+    ap.add_argument("--levels", action="store_true", help="instead: every level -1 ... -9 (no size rule)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = find_model(args.model)
@@ -52,6 +54,8 @@ def main() -> None:
         f"# {datetime.date.today()}  {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, "
         f"1 thread; model {model.name} sha256 {model.sha256[:16]}"
     )
+    if args.levels:
+        return levels(model, args)
     print("| file | bytes | rule | lr | bits/byte | vs static | encode kB/s | decode kB/s |")
     print("|---|---:|---|---:|---:|---:|---:|---:|")
     for name in args.files:
@@ -64,9 +68,10 @@ def main() -> None:
                 use = None
             else:
                 use, knobs["rule"] = model, rule
-                base_lr = args.lr if args.lr is not None else make_settings(model=model).adapt.lr
                 if rule == "sgd":
-                    knobs["lr"] = args.sgd_lr if args.sgd_lr is not None else 10 * base_lr
+                    knobs["lr"] = args.sgd_lr
+                elif rule == "rms":
+                    knobs["lr"] = args.rms_lr
                 elif args.lr is not None:
                     knobs["lr"] = args.lr
             t0 = time.perf_counter()
@@ -84,6 +89,29 @@ def main() -> None:
             gain = f"{100 * (bpb / static_bpb - 1):+.1f} %" if static_bpb and rule != "static" else ""
             lr = "" if rule == "static" else f"{comp.settings.adapt.lr:g}"
             print(f"| {name} | {len(data):,} | {rule} | {lr} | {bpb:.3f} | {gain} | {enc:.1f} | {dec} |", flush=True)
+
+
+def levels(model, args) -> None:
+    """Each level's settings as they are (lanes not reduced for size): the model's ideal bits, encode speed."""
+    from dyncompress.codec import Codec, encode_block
+
+    print("| file | bytes | level | rule | lanes x segment | bits/byte | encode kB/s |")
+    print("|---|---:|---:|---|---|---:|---:|")
+    for name in args.files:
+        rel, limit = FILES[name]
+        data = (SHARED / rel).read_bytes()[:limit][: args.limit]
+        for level in range(1, 10):
+            s = make_settings(model=model, level=level, device="cpu")
+            codec = Codec(s, model)
+            t0 = time.perf_counter()
+            payload = encode_block(codec, data)
+            rate = len(data) / (time.perf_counter() - t0) / 1e3
+            bpb = 8 * len(payload) / len(data)
+            print(
+                f"| {name} | {len(data):,} | -{level} | {s.adapt.rule} | {s.lanes} x {s.segment_len} | {bpb:.3f} "
+                f"| {rate:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -94,6 +94,22 @@ def test_round_trip_with_a_pretrained_model(tiny, rule):
     assert decompress(packed, model=model) == data
 
 
+@pytest.mark.parametrize("level", range(1, 10))
+def test_every_level_with_a_model_round_trips(tiny, level):
+    from dyncompress import Compressor
+    from dyncompress.api import MODEL_LEVELS
+
+    _, model = tiny
+    data = corpus("alice29.txt")[9000:10500]
+    comp = Compressor(level=level, model=model, device="cpu", block_size=1000)  # full block: no size rule
+    packed = comp.compress(data) + comp.flush()
+    settings = parse_header(packed)[0]["settings"]
+    assert settings["hidden"] == 24  # the model's, at every level
+    assert settings["lanes"] == MODEL_LEVELS[level].get("lanes", 4)  # else the model's default
+    assert settings["adapt"]["rule"] == MODEL_LEVELS[level].get("rule", "rms-decay")
+    assert decompress(packed, model=model) == data
+
+
 def test_the_pretrained_start_beats_a_random_one(tiny):
     _, model = tiny
     data = corpus("alice29.txt")[40000:44000]
