@@ -53,14 +53,16 @@ Progress = Callable[[int], None]
 _ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
 
 
-# the default model's level table: hidden size is the model's; a level picks the rule and lanes
+# Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
+# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, less batching) as the level
+# rises. Ordered by speed and ratio as measured on 150 kB of enwik8 (BENCHMARKS.md).
 MODEL_LEVELS: dict[int, dict] = {
     1: dict(rule="static", lanes=32, segment_len=16),
     2: dict(rule="static", lanes=16, segment_len=16),
-    3: dict(lanes=32, segment_len=8),
-    4: dict(lanes=32, segment_len=16),
-    5: dict(lanes=16, segment_len=8),
-    6: dict(),  # the model's own defaults
+    3: dict(lanes=32, segment_len=16),
+    4: dict(lanes=24, segment_len=16),
+    5: dict(lanes=32, segment_len=8),
+    6: dict(),  # the model's own defaults (enwiki-h256: 16 lanes x 16)
     7: dict(lanes=8, segment_len=16),
     8: dict(lanes=4, segment_len=16),
     9: dict(lanes=2, segment_len=16),
