@@ -527,7 +527,7 @@ def info(files):
 @click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
 @click.option("--name", help="Model name recorded in the file [the output's base name].")
 @click.option("--hidden", type=click.IntRange(1), default=256, show_default=True, help="mLSTM hidden units.")
-@click.option("--batch", type=click.IntRange(1), default=128, show_default=True, help="Streams per batch.")
+@click.option("--batch", type=click.IntRange(1), default=64, show_default=True, help="Streams per batch.")
 @click.option("--bptt", type=click.IntRange(1), default=64, show_default=True, help="Bytes per truncated-BPTT step.")
 @click.option("--steps", type=click.IntRange(1), default=10_000, show_default=True, help="Optimizer steps.")
 @click.option(
@@ -537,8 +537,14 @@ def info(files):
     help="Stop after this long; the learning-rate "
     "schedule then runs on elapsed time (whichever of --steps / --minutes ends first).",
 )
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=2e-3, show_default=True, help="Peak Adam rate.")
-@click.option("--min-lr", type=click.FloatRange(0), default=1e-4, show_default=True, help="Final rate of the cosine.")
+@click.option(
+    "--lr",
+    type=click.FloatRange(0, min_open=True),
+    default=1e-3,
+    show_default=True,
+    help="Peak Adam rate (2e-3 diverged for the default model at batch 128).",
+)
+@click.option("--min-lr", type=click.FloatRange(0), default=5e-5, show_default=True, help="Final rate of the cosine.")
 @click.option("--warmup", type=click.IntRange(0), default=200, show_default=True, help="Linear warm-up steps.")
 @click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="Max gradient norm, 0 = none.")
 @click.option(

@@ -42,11 +42,11 @@ LN2 = math.log(2)
 @dataclass(frozen=True)
 class TrainConfig:
     hidden: int = 256
-    batch: int = 128
-    bptt: int = 100
+    batch: int = 64
+    bptt: int = 64
     steps: int = 10_000
-    lr: float = 2e-3
-    min_lr: float = 1e-4
+    lr: float = 1e-3  # 2e-3 diverged at batch 128 (models/enwiki-h256.md)
+    min_lr: float = 5e-5
     warmup: int = 200
     clip: float = 1.0
     valid_bytes: int = 200_000
