@@ -522,6 +522,14 @@ def info(files):
     _each(files, opts, one)
 
 
+def compute_options(f):
+    """Where `train` and `calibrate` compute (neither needs the codec's recorded thread count)."""
+    f = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)(f)
+    return click.option(
+        "-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default]."
+    )(f)
+
+
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
@@ -563,8 +571,7 @@ def info(files):
 )
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the initial weights.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
-@click.option("-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default].")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@compute_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
 def train(files, output, name, resume, threads, device, quiet, **config):
     """Train a model on FILES (text; each file's tail is held out for validation)."""
@@ -630,8 +637,7 @@ def train(files, output, name, resume, threads, device, quiet, **config):
 @click.option("--lr", type=click.FloatRange(0), help="Store as the model's default learning rate.")
 @click.option("--decay", type=click.FloatRange(0), help="Store as the model's default rms-decay lambda.")
 @click.option("--eps", type=click.FloatRange(0, min_open=True), help="Store as the model's default eps.")
-@click.option("-T", "--threads", type=click.IntRange(1, 256), default=None, help="CPU threads [torch's default].")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@compute_options
 def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, decay, eps, threads, device):
     """Collect MS_g (mean squared gradients per segment) of MODEL over FILES and store them in it.
 

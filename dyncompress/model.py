@@ -68,8 +68,7 @@ class Model:
         for key, tensor in (("theta", self.theta), ("ms", self.ms)):
             if tensor is None:
                 continue
-            raw = tensor.detach().cpu().numpy().astype(_STORE[store]).astype("<" + np.dtype(_STORE[store]).str[1:])
-            data = raw.tobytes()
+            data = tensor.detach().cpu().numpy().astype(np.dtype(_STORE[store]).newbyteorder("<")).tobytes()
             specs[key] = {"dtype": store, "count": int(tensor.numel()), "offset": offset}
             arrays.append(data)
             offset += len(data)

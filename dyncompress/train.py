@@ -90,6 +90,13 @@ def streams(data: np.ndarray, batch: int) -> np.ndarray:
     return data[: L * batch].reshape(batch, L)
 
 
+def run_steps(net: MLSTM, S: torch.Tensor, start: int, T: int) -> None:
+    """Feed bytes S[:, start : start + T] (one stream per lane) through T steps of the network."""
+    for t in range(T):
+        net.feed(S[:, start + t])
+        net.step(t)
+
+
 @torch.no_grad()
 def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: int = 64, chunk: int = 256) -> float:
     """Bits per byte of `data` under frozen weights (lanes contiguous streams, state carried)."""
@@ -99,9 +106,7 @@ def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: in
     nats, count = 0.0, 0
     for start in range(0, S.shape[1] - 1, chunk):
         T = min(chunk, S.shape[1] - 1 - start)
-        for t in range(T):
-            net.feed(S[:, start + t])
-            net.step(t)
+        run_steps(net, S, start, T)
         targets = S[:, start + 1 : start + T + 1].T
         nats -= float(torch.log(net.P[:T].gather(2, targets.unsqueeze(2))).sum())
         count += targets.numel()
@@ -143,9 +148,7 @@ class Trainer:
             self.pos = 0
             net.HS[0].zero_()
             net.CS[0].zero_()
-        for t in range(c.bptt):
-            net.feed(S[:, self.pos + t])
-            net.step(t)
+        run_steps(net, S, self.pos, c.bptt)
         targets = S[:, self.pos + 1 : self.pos + c.bptt + 1].T.contiguous()
         weight = torch.full(targets.shape, 1.0 / targets.numel(), device=self.device)
         nats = float(net.backward(c.bptt, targets, weight))
@@ -294,9 +297,7 @@ def calibrate(
     weight = torch.full((segment_len, lanes), 1.0 / (segment_len * lanes), device=dev)
     segments = 0
     for start in range(0, S.shape[1] - segment_len, segment_len):
-        for t in range(segment_len):
-            net.feed(S[:, start + t])
-            net.step(t)
+        run_steps(net, S, start, segment_len)
         net.backward(segment_len, S[:, start + 1 : start + segment_len + 1].T.contiguous(), weight)
         g = net.grad
         if clip > 0:
