@@ -68,6 +68,10 @@ MODEL_LEVELS: dict[int, dict] = {
     9: dict(lanes=2, segment_len=16),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
+# A rule's settings when the model records none for it (`tune --save` records them under
+# defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
+# enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
+RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
 
 
 def resolve_model(model: str | Model | None) -> Model | None:
@@ -77,11 +81,22 @@ def resolve_model(model: str | Model | None) -> Model | None:
     return find_model(model)
 
 
-def model_settings(model: Model, level: int, device: str) -> Settings:
-    """Settings for coding with `model` at `level`: the model's recorded defaults, then the level's changes."""
+def model_settings(model: Model, level: int, device: str, rule: str | None = None) -> Settings:
+    """Settings for coding with `model` at `level` (and `rule`, if given): the model's recorded
+    defaults, those it records for the rule, then the level's changes."""
     if level not in MODEL_LEVELS:
         raise ValueError(f"level must be 1 ... 9, not {level}")
-    knobs = {**MODEL_DEFAULTS, **model.info.get("defaults", {}), **MODEL_LEVELS[level]}
+    defaults = dict(model.info.get("defaults", {}))
+    per_rule = defaults.pop("rules", {})
+    rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
+    knobs = {
+        **MODEL_DEFAULTS,
+        **defaults,
+        **RULE_DEFAULTS.get(rule, {}),
+        **per_rule.get(rule, {}),
+        **MODEL_LEVELS[level],
+        "rule": rule,
+    }
     adapt = {k: knobs.pop(k) for k in list(knobs) if k in _ADAPT_KEYS}
     return Settings(hidden=model.shape.hidden, **knobs, device=device, adapt=AdaptSettings(**adapt))
 
@@ -108,7 +123,7 @@ def make_settings(
     if settings is not None:
         base = settings
     elif model is not None:
-        base = model_settings(model, level or DEFAULT_LEVEL, device)
+        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"))
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:

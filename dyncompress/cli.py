@@ -144,9 +144,15 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
         raise Failure("refusing to read compressed data from a terminal")
     if target == "-" and not reading_compressed and sys.stdout.isatty():
         raise Failure("refusing to write compressed data to a terminal (use -o FILE or redirect)")
-    reader = sys.stdin.buffer if stdin else _open_input(path)
-    st = None if stdin else os.fstat(reader.fileno())
-    size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None  # pipes: unknown
+    reader, source = (sys.stdin.buffer, None) if stdin else _open_input(path, slices=not reading_compressed)
+    if source is not None:
+        if opts.remove:
+            reader.close()
+            raise Failure("--rm does not apply to a slice of a file")
+        size = source.size
+    else:
+        st = None if stdin else os.fstat(reader.fileno())
+        size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None  # pipes: unknown
     src, out = _Counting(reader), None
     try:
         if target is None or target == "-":
@@ -157,7 +163,7 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
         out = AtomicOutput(target, opts.force)
         dst = _Counting(out.file)
         work(src, dst, size)
-        out.commit(None if stdin else path)
+        out.commit(None if stdin or source is not None else path)
         out = None
     finally:
         if out is not None:
@@ -169,11 +175,17 @@ def _run(path: str, opts: Options, target: str | None, work: Callable, reading_c
     return src.total, dst.total
 
 
-def _open_input(path: str):
+def _open_input(path: str, slices: bool = False):
+    """(reader, None) for a file; with `slices`, (reader, Source) for FILE:START:END or a corpus split."""
     if os.path.isdir(path):
         raise Failure(f"{path} is a directory -- ignored")
+    if slices and not os.path.exists(path):
+        from .corpus import parse_source
+
+        source = parse_source(path)
+        return source.open(), source
     try:
-        return open(path, "rb")
+        return open(path, "rb"), None
     except FileNotFoundError:
         raise Failure(f"{path}: no such file") from None
 
@@ -336,18 +348,18 @@ def knob(name: str, kind, help: str, *more_names: str):
     return click.option(name, *more_names, type=kind, default=None, help=help)
 
 
+def level_options(f):
+    """-1 ... -9 into `level` (None: the default, -6)."""
+    for n in range(9, 0, -1):
+        help = "Level -1 (fastest) ... -9 (smallest), default -6." if n == 1 else None
+        f = click.option(f"-{n}", "level", flag_value=n, help=help, hidden=n > 1)(f)
+    return f
+
+
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @with_common
-@click.option("-1", "level", flag_value=1, help="Level -1 (fastest) ... -9 (smallest), default -6.")
-@click.option("-2", "level", flag_value=2, hidden=True)
-@click.option("-3", "level", flag_value=3, hidden=True)
-@click.option("-4", "level", flag_value=4, hidden=True)
-@click.option("-5", "level", flag_value=5, hidden=True)
-@click.option("-6", "level", flag_value=6, hidden=True)
-@click.option("-7", "level", flag_value=7, hidden=True)
-@click.option("-8", "level", flag_value=8, hidden=True)
-@click.option("-9", "level", flag_value=9, hidden=True)
+@level_options
 @knob("--hidden", click.IntRange(1), f"mLSTM hidden units [-6: {D.hidden}].")
 @knob(
     "--lanes",
@@ -428,7 +440,7 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     def one(path: str) -> None:
         if path != "-" and path.endswith(SUFFIX) and not opts.force:
             raise Failure(f"already has {SUFFIX} suffix -- ignored (use -f to compress anyway)")
-        target = _output_target(path, opts, lambda p: p + SUFFIX)
+        target = _output_target(path, opts, _encoded_name)
         started = time.monotonic()
 
         def work(reader, writer, size):
@@ -445,6 +457,15 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
         opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, True))
 
     _each(files, opts, one)
+
+
+def _encoded_name(path: str) -> str:
+    """FILE.dc beside FILE; for a slice, its range in the name (f.100-200.dc, ./enwik8.test.dc)."""
+    if os.path.exists(path):
+        return path + SUFFIX
+    from .corpus import parse_source
+
+    return parse_source(path).stem + SUFFIX
 
 
 def _decode_files(files, opts: Options, testing: bool, model: str | None) -> None:
@@ -512,7 +533,7 @@ def info(files):
     opts = Options(None, False, False, False, 1)
 
     def one(path: str) -> None:
-        reader = sys.stdin.buffer if path == "-" else _open_input(path)
+        reader = sys.stdin.buffer if path == "-" else _open_input(path)[0]
         try:
             click.echo(describe(_name(path), reader))
         finally:
@@ -715,6 +736,9 @@ def models(verbose):
             training = m.info.get("training", {})
             if training:
                 click.echo(f"    trained: {training.get('command', '')}")
+
+
+from . import cli_measure  # noqa: E402,F401  (registers corpus, eval, tune, bench on main)
 
 
 def torch_threads(n: int) -> None:

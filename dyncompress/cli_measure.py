@@ -1,0 +1,429 @@
+"""The measuring commands: `corpus`, `eval`, `tune`, `bench` (registered on `cli.main`).
+
+Each takes its input as a source: FILE, FILE:START:END, or a fetched corpus's split (enwik8:test).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from .adapt import RULES
+from .cli import Fatal, Progress, knob, level_options, main
+from .errors import DyncompressError
+from .model import DEFAULT_MODEL
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _model(name: str | None, needed: bool = True):
+    from .api import resolve_model
+
+    if not needed:
+        return None
+    try:
+        return resolve_model(name or DEFAULT_MODEL)
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+
+
+def _read(spec: str):
+    from .corpus import read_source
+
+    try:
+        return read_source(spec)
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+
+
+def _progress(label: str, total: int, quiet: bool) -> Progress:
+    return Progress(label, total, not quiet)
+
+
+def _threads(threads: int | None) -> dict:
+    return {"threads": threads} if threads else {}
+
+
+# --- corpus -------------------------------------------------------------------------
+
+
+@main.group()
+def corpus():
+    """Public corpora: list the manifests, fetch one into the cache, print a cached path."""
+
+
+@corpus.command("list")
+def corpus_list():
+    """Known corpora, their splits, and whether they are fetched."""
+    from .corpus import cache_dir, cached_path, is_cached, manifests
+
+    try:
+        known = manifests()
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    for m in known.values():
+        state = f"fetched: {cached_path(m)}" if is_cached(m) else "not fetched"
+        splits = ", ".join(f"{k} [{a:,}, {b:,})" for k, (a, b) in m.splits.items())
+        click.echo(f"{m.name}: {m.size:,} bytes, sha1 {m.sha1}; {state}")
+        if splits:
+            click.echo(f"    splits: {splits}")
+        if m.description:
+            click.echo(f"    {m.description}")
+        click.echo(f"    from {m.url}" + (f" ({m.licence})" if m.licence else ""))
+    click.echo(f"cache: {cache_dir()}")
+
+
+@corpus.command("fetch")
+@click.argument("name")
+@click.option(
+    "--file",
+    "local",
+    metavar="PATH",
+    type=click.Path(dir_okay=False),
+    help="Register a local copy (the corpus itself or its archive) instead of downloading.",
+)
+@click.option("--timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Network timeout, seconds.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def corpus_fetch(name, local, timeout, quiet):
+    """Download corpus NAME (or take --file PATH), verify its checksum, keep it in the cache."""
+    from .corpus import cached_path, fetch, is_cached, manifest
+
+    try:
+        m = manifest(name)
+        if is_cached(m) and local is None:
+            click.echo(f"{m.name}: already fetched: {cached_path(m)}", err=True)
+            return
+        progress = Progress(f"{m.name}: downloading" if local is None else f"{m.name}: copying", None, not quiet)
+        try:
+            path = fetch(m, local, progress, timeout)
+        finally:
+            progress.close()
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    click.echo(f"{m.name}: verified ({m.size:,} bytes, sha1 {m.sha1}): {path}", err=True)
+
+
+@corpus.command("path")
+@click.argument("name")
+def corpus_path(name):
+    """Print where the fetched corpus NAME is (an error if it is not fetched)."""
+    from .corpus import cached_path, is_cached, manifest
+
+    try:
+        m = manifest(name)
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    if not is_cached(m):
+        raise Fatal(f"{name} is not fetched yet; run: dyncompress corpus fetch {name}")
+    click.echo(cached_path(m))
+
+
+# --- eval ---------------------------------------------------------------------------
+
+
+def coding_options(f):
+    """Settings shared by eval, tune and bench (the rest come from the model and the level)."""
+    options = [
+        click.option("-m", "--model", metavar="NAME|PATH", help=f"Pretrained model [{DEFAULT_MODEL}]."),
+        level_options,
+        knob("--lanes", click.IntRange(1), "Lanes [the level's, fewer for a small input]."),
+        knob("--block-size", click.IntRange(1, 1 << 30), "Bytes per block [1 MiB]."),
+        knob("-T", click.IntRange(1, 256), "CPU threads while coding [1].", "--threads"),
+        knob("--device", click.Choice(["cpu", "cuda"]), "Where the model runs [cuda when available]."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress line."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _knobs(**given) -> dict:
+    return {k: v for k, v in given.items() if v is not None}
+
+
+@main.command("eval")
+@click.argument("source", metavar="SOURCE")
+@coding_options
+@click.option(
+    "-r",
+    "--rules",
+    default=",".join(("static", "sgd", "rms", "rms-decay", "online")),
+    show_default=True,
+    help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online.",
+)
+@knob("--segment-len", click.IntRange(1), "Bytes per lane between gradient steps [the model's].")
+@knob("--lr", click.FloatRange(0), "Learning rate for every adapting row [each rule's own default].")
+@knob("--decay", click.FloatRange(0), "rms-decay's lambda [the model's].")
+@click.option(
+    "--confirm",
+    metavar="RULE",
+    help="Also encode (and decode) one row for real and compare its size with the estimate.",
+)
+@click.option("--plot", metavar="OUT.png", help="Draw cumulative and windowed bits per byte (needs matplotlib).")
+@click.option(
+    "--window",
+    type=click.IntRange(1),
+    default=None,
+    help="Window of the plot's lower panel, bytes [1/100 of the input, at least 1,000].",
+)
+def eval_(
+    source,
+    model,
+    level,
+    lanes,
+    block_size,
+    threads,
+    device,
+    quiet,
+    rules,
+    segment_len,
+    lr,
+    decay,
+    confirm,
+    plot,
+    window,
+):
+    """Bits per byte of SOURCE under several rules, without writing a compressed file.
+
+    Runs the codec's own loop and adds up -log2 of the probability the range
+    coder would spend on every byte. SOURCE: FILE, FILE:START:END (bytes; 2.5M =
+    2,500,000), or a fetched corpus's split such as enwik8:test.
+    """
+    from .measure import ROWS, measure, row_settings
+    from .measure import confirm as confirm_row
+    from .measure import plot as draw
+
+    rows = [r.strip() for r in rules.split(",") if r.strip()]
+    bad = [r for r in rows if r not in ROWS]
+    if bad or not rows:
+        raise click.UsageError(f"unknown row(s) {', '.join(bad) or '(none)'}; rows: {', '.join(ROWS)}")
+    if confirm is not None and confirm not in rows:
+        raise click.UsageError(f"--confirm {confirm}: not one of the rows measured ({', '.join(rows)})")
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401  (fail before an hour of measuring, not after)
+        except ImportError:
+            raise Fatal("--plot needs matplotlib: pip install 'dyncompress[plot]'") from None
+    pretrained = _model(model, needed=any(r != "online" for r in rows))
+    src, data = _read(source)
+    if not data:
+        raise Fatal(f"{source}: empty input, nothing to measure")
+    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, segment_len=segment_len, **_threads(threads))
+    adapt = _knobs(lr=lr, decay=decay)
+    origin = f"model {pretrained.name}" if pretrained else "online"
+    click.echo(f"{source}: {len(data):,} bytes; {origin}")
+    header = f"{'rule':<10} {'lr':>8} {'decay':>8} {'lanes×n':>8} {'bits/byte':>10} {'vs static':>9} "
+    header += f"{'bytes':>12} {'seconds':>8} {'kB/s':>6}"
+    click.echo(header)
+    results, static = [], None
+    try:
+        for row in rows:
+            extra = adapt if row not in ("static",) else {}
+            settings, start = row_settings(row, len(data), pretrained, level, **knobs, **extra)
+            progress = _progress(row, len(data), quiet)
+            try:
+                m = measure(data, settings, start, row, progress, positions=plot is not None)
+            finally:
+                progress.close()
+            results.append(m)
+            static = m if row == "static" else static
+            a = settings.adapt
+            versus = f"{100 * (m.bits / static.bits - 1):+.1f}%" if static and row != "static" else ""
+            click.echo(
+                f"{row:<10} {_fmt(None if a.rule == 'static' else a.lr):>8} "
+                f"{_fmt(a.decay if a.rule == 'rms-decay' else None):>8} "
+                f"{f'{settings.lanes}×{settings.segment_len}':>8} {m.bpb:>10.4f} {versus:>9} "
+                f"{m.payload_bytes:>12,} {m.seconds:>8.1f} {m.kbps:>6.1f}"
+            )
+        if confirm is not None:
+            m = results[rows.index(confirm)]
+            c = confirm_row(data, m, None if confirm == "online" else pretrained)
+            click.echo(
+                f"confirmed {confirm} by encoding (and decoding: exact): estimate {c['estimate']:,} bytes of "
+                f"range-coded payload, range coder wrote {c['payload']:,} ({c['payload'] - c['estimate']:+,}); "
+                f"file {c['file']:,} bytes = payload + {c['header']:,} header + {c['framing']:,} frame headers "
+                f"and end marker; encode {c['seconds']:.1f} s"
+            )
+        if plot is not None:
+            draw(results, plot, f"{source} ({origin})", window or max(1000, len(data) // 100))
+            click.echo(f"wrote {plot}", err=True)
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    except OSError as e:
+        raise Fatal(f"{e.filename or plot}: {e.strerror or e}") from None
+
+
+# --- tune ---------------------------------------------------------------------------
+
+
+def _values(text: str | None, kind, name: str) -> list | None:
+    if text is None:
+        return None
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint=name) from None
+    if not values or any(v < 0 for v in values) or (kind is int and any(v < 1 for v in values)):
+        raise click.BadParameter(f"{text!r}: give positive values", param_hint=name)
+    return values
+
+
+@main.command()
+@click.argument("source", metavar="SOURCE")
+@coding_options
+@click.option("--online", is_flag=True, help="Tune online mode (no pretrained model).")
+@click.option(
+    "--rule",
+    type=click.Choice([r for r in RULES if r != "static"]),
+    default=None,
+    help="The rule to tune [rms-decay with a model, rms online].",
+)
+@click.option("--lr", "lrs", metavar="LIST", help="Learning rates to try [the default × 1/4, 1/2, 1, 2, 4].")
+@click.option("--decay", "decays", metavar="LIST", help="rms-decay lambdas to try [0 and the default × 1/10, 1, 10].")
+@click.option("--segment-len", "segments", metavar="LIST", help="Segment lengths to try [8,16,32].")
+@click.option(
+    "--search",
+    type=click.Choice(["successive", "grid"]),
+    default="successive",
+    show_default=True,
+    help="successive: one knob at a time (lr, then decay, then segment length); grid: every combination.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="MODEL.dcm",
+    help="Write the model with the best point recorded as this rule's defaults "
+    "(may be the model's own path: its sha256 then changes).",
+)
+def tune(
+    source, model, level, lanes, block_size, threads, device, quiet, online, rule, lrs, decays, segments, search, output
+):
+    """Search learning rate, decay and segment length for the fewest bits on SOURCE (a validation slice).
+
+    Tune on validation, report on test: e.g. tune on enwik8:valid, then `eval enwik8:test`
+    with the written model. SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a
+    fetched corpus's split such as enwik8:valid.
+    """
+    from .api import make_settings
+    from .measure import save_defaults
+    from .measure import tune as search_grid
+    from .model import save
+
+    if online and (model or output):
+        raise click.UsageError("--online tunes online mode; it has no model to read or write")
+    rule = rule or ("rms" if online else "rms-decay")
+    pretrained = None if online else _model(model)
+    src, data = _read(source)
+    if not data:
+        raise Fatal(f"{source}: empty input, nothing to tune on")
+    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, **_threads(threads))
+    try:
+        base = make_settings(level=level, size_hint=len(data), model=pretrained, rule=rule, **knobs)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    lr0, decay0 = base.adapt.lr, base.adapt.decay
+    grid = {
+        "lr": _values(lrs, float, "--lr") or [lr0 * f for f in (0.25, 0.5, 1, 2, 4)],
+        "segment_len": _values(segments, int, "--segment-len") or [8, 16, 32],
+    }
+    if rule == "rms-decay":
+        grid["decay"] = _values(decays, float, "--decay") or [0.0, decay0 / 10, decay0, decay0 * 10]
+    elif decays is not None:
+        raise click.UsageError(f"--decay applies to rms-decay only, not {rule}")
+    points = len(grid["lr"]) * len(grid["segment_len"]) * len(grid.get("decay", [1]))
+    if search == "successive":
+        points = sum(len(v) for v in grid.values())
+    origin = f"model {pretrained.name}" if pretrained else "online"
+    click.echo(f"tuning {rule} ({origin}) on {source}: {len(data):,} bytes, {search} search, up to {points} points")
+
+    def report(point: dict, m) -> None:
+        click.echo(f"  {m.label:<40} {m.bpb:.4f} bits/byte  {m.seconds:6.1f} s")
+
+    started = time.monotonic()
+    try:
+        best, results = search_grid(
+            data,
+            pretrained,
+            rule,
+            grid,
+            search,
+            level,
+            report,
+            progress=lambda label: _progress(label, len(data), quiet),
+            **knobs,
+        )
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    bpb = min(m.bpb for _, m in results)
+    click.echo(
+        f"best: {', '.join(f'{k}={v:g}' for k, v in best.items())}: {bpb:.4f} bits/byte "
+        f"({len(results)} points, {time.monotonic() - started:.0f} s)"
+    )
+    if output:
+        record = {
+            "source": os.path.basename(src.path) + ("" if src.whole else f"[{src.start}:{src.end}]"),
+            "bytes": len(data),
+            "search": search,
+            "bits_per_byte": round(bpb, 5),
+            "points": len(results),
+        }
+        try:
+            tuned = save_defaults(pretrained, rule, best, record)
+            sha = save(tuned, output)
+        except OSError as e:
+            raise Fatal(f"{e.filename or output}: {e.strerror or e}") from None
+        except DyncompressError as e:
+            raise Fatal(str(e)) from None
+        click.echo(f"wrote {output} (sha256 {sha[:16]}): {rule} now defaults to these settings", err=True)
+
+
+# --- bench --------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
+@coding_options
+@click.option("--online", is_flag=True, help="dyncompress in online mode (no pretrained model).")
+def bench(sources, model, level, lanes, block_size, threads, device, quiet, online):
+    """Bits per byte and speed of dyncompress next to zlib, bz2, lzma (and zstd, brotli if installed).
+
+    Every compressor's output is decoded and compared with the input. SOURCE: FILE,
+    FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as enwik8:test.
+    """
+    from .measure import PEERS, bench_dyncompress, bench_peer
+
+    if online and model:
+        raise click.UsageError("--online and --model contradict each other")
+    pretrained = None if online else _model(model)
+    knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, **_threads(threads))
+    ours = f"dyncompress -{level or 6}" + (" --online" if online else "")
+    for spec in sources:
+        src, data = _read(spec)
+        click.echo(f"{spec}: {len(data):,} bytes")
+        click.echo(f"  {'compressor':<22} {'bytes':>12} {'bits/byte':>10} {'enc kB/s':>10} {'dec kB/s':>10}")
+        progress = _progress(ours, 2 * len(data), quiet)
+        try:
+            rows = [bench_dyncompress(data, ours, pretrained, progress, **knobs)]
+            rows += [bench_peer(peer, data) for peer in PEERS]
+        except DyncompressError as e:
+            raise Fatal(f"{spec}: {e}") from None
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        finally:
+            progress.close()
+        for r in rows:
+            if r.size is None:
+                click.echo(f"  {r.name:<22} {r.note}")
+                continue
+            bpb = 8 * r.size / len(data) if data else 0.0
+            enc = len(data) / max(r.encode_s, 1e-9) / 1e3
+            dec = len(data) / max(r.decode_s, 1e-9) / 1e3
+            click.echo(f"  {r.name:<22} {r.size:>12,} {bpb:>10.3f} {enc:>10.1f} {dec:>10.1f}")
+        sys.stdout.flush()

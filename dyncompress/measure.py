@@ -1,0 +1,345 @@
+"""Measuring without writing files: bits per byte by rule, tuning, and peers.
+
+`measure` runs the codec's own loop (`Codec.code_block`, block by block, with
+the settings `Compressor` would choose) but hands it a `Tally` instead of a
+range coder: a coder that codes nothing and adds up -log2 of the integer
+frequency the range coder would have spent on each byte. The estimate is
+therefore the real payload size up to the range coder's flush (a few bytes
+per block); the file adds its header and frame headers on top.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import itertools
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .api import compress, decompress, iter_decompress, make_settings
+from .codec import Codec, Settings, to_lanes
+from .coder import FREQ_BITS
+from .container import Block, parse_frame, parse_header
+from .errors import DyncompressError
+from .model import Model
+
+ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
+Progress = Callable[[int], None]
+
+
+class Tally:
+    """A stand-in for the range coder: the bits it would spend, per step and lane."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes = lanes
+        self.rows: list[np.ndarray] = []
+
+    def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
+        row = np.zeros(self.lanes)
+        k = len(symbols)
+        row[:k] = FREQ_BITS - np.log2(freqs[np.arange(k), symbols])
+        self.rows.append(row)
+
+    def per_byte(self, length: int) -> np.ndarray:
+        """Bits of every byte in input order (the lanes' layout undone, as `from_lanes` does)."""
+        if not self.rows:
+            return np.zeros(0)
+        return np.stack(self.rows).T.reshape(-1)[:length]
+
+
+@dataclass
+class Measurement:
+    label: str
+    settings: Settings
+    length: int
+    bits: float
+    seconds: float
+    positions: np.ndarray | None = None  # bits per byte position (float32), when asked for
+
+    @property
+    def bpb(self) -> float:
+        return self.bits / self.length if self.length else 0.0
+
+    @property
+    def kbps(self) -> float:
+        return self.length / max(self.seconds, 1e-9) / 1e3
+
+    @property
+    def payload_bytes(self) -> int:
+        return math.ceil(self.bits / 8)
+
+
+def measure(
+    data: bytes,
+    settings: Settings,
+    model: Model | None,
+    label: str = "",
+    progress: Progress | None = None,
+    positions: bool = False,
+) -> Measurement:
+    """Bits the codec would spend on `data` with these settings (the encoder's loop, no output)."""
+    started = time.perf_counter()
+    codec = Codec(settings, model)
+    bits, parts = 0.0, []
+    for offset in range(0, len(data), settings.block_size):
+        block = data[offset : offset + settings.block_size]
+        tally = Tally(settings.lanes)
+        codec.code_block(tally, to_lanes(block, settings.lanes), len(block), progress)
+        per_byte = tally.per_byte(len(block))
+        bits += min(float(per_byte.sum()), 8.0 * len(block))  # a block that would expand is stored
+        if positions:
+            parts.append(per_byte.astype(np.float32))
+    seconds = time.perf_counter() - started
+    kept = np.concatenate(parts) if positions and parts else (np.zeros(0, np.float32) if positions else None)
+    return Measurement(label, settings, len(data), bits, seconds, kept)
+
+
+def row_settings(
+    row: str, data_len: int, model: Model | None, level: int | None = None, **overrides
+) -> tuple[Settings, Model | None]:
+    """Settings (and starting model) for one row of the table: a rule with `model`, or online."""
+    if row == "online":
+        return make_settings(level=level, size_hint=data_len, model=None, **overrides), None
+    if model is None:
+        raise DyncompressError(f"the {row} row needs a pretrained model")
+    return make_settings(level=level, size_hint=data_len, model=model, rule=row, **overrides), model
+
+
+def confirm(data: bytes, m: Measurement, model: Model | None) -> dict:
+    """Encode for real with the row's settings; sizes of the payloads, and of the whole file."""
+    started = time.perf_counter()
+    blob = compress(data, model=model, settings=m.settings)
+    seconds = time.perf_counter() - started
+    if decompress(blob, model=model) != data:  # never report a size for a file that does not decode
+        raise DyncompressError("confirmation failed: the encoded file does not decode to the input")
+    meta, pos = parse_header(bytearray(blob))
+    header, payload = pos, 0
+    while True:
+        frame, pos = parse_frame(blob, pos, m.settings.block_size)
+        if not isinstance(frame, Block):
+            break
+        payload += len(frame.payload)
+    return {
+        "estimate": m.payload_bytes,
+        "payload": payload,
+        "file": len(blob),
+        "header": header,
+        "framing": len(blob) - header - payload,
+        "seconds": seconds,
+    }
+
+
+# --- tuning -------------------------------------------------------------------------
+
+TUNABLE = ("lr", "decay", "segment_len")  # in the order a successive search settles them
+
+
+def tune(
+    data: bytes,
+    model: Model | None,
+    rule: str,
+    grid: dict[str, list],
+    search: str = "successive",
+    level: int | None = None,
+    report: Callable[[dict, Measurement], None] | None = None,
+    progress: Callable[[str], Progress | None] | None = None,
+    **overrides,
+) -> tuple[dict, list[tuple[dict, Measurement]]]:
+    """Search `grid` ({knob: values}) for the lowest bits per byte of `rule` on `data`.
+
+    grid: every combination. successive: one knob at a time in the order of TUNABLE (the
+    learning rate, the most sensitive, first), the others held at the best found so far
+    (at first: the model's defaults for the rule, or the grid's first value when the default
+    is not in it). Returns the best point and every point measured, in order.
+    """
+    unknown = set(grid) - set(TUNABLE)
+    if unknown:
+        raise ValueError(f"cannot tune {', '.join(sorted(unknown))} (tunable: {', '.join(TUNABLE)})")
+    row = "online" if model is None else rule
+    if model is None:
+        overrides["rule"] = rule
+    base, _ = row_settings(row, len(data), model, level, **overrides)
+    defaults = {"lr": base.adapt.lr, "decay": base.adapt.decay, "segment_len": base.segment_len}
+    results: list[tuple[dict, Measurement]] = []
+    seen: dict[tuple, Measurement] = {}
+
+    def run(point: dict) -> Measurement:
+        key = tuple(sorted(point.items()))
+        if key not in seen:
+            settings, start = row_settings(row, len(data), model, level, **overrides, **point)
+            label = ", ".join(f"{k}={v:g}" for k, v in point.items())
+            m = measure(data, settings, start, label, progress(label) if progress else None)
+            seen[key] = m
+            results.append((dict(point), m))
+            if report:
+                report(dict(point), m)
+        return seen[key]
+
+    knobs = [k for k in TUNABLE if k in grid]
+    if search == "grid":
+        for values in itertools.product(*(grid[k] for k in knobs)):
+            run(dict(zip(knobs, values, strict=True)))
+    elif search == "successive":
+        best = {k: defaults[k] if defaults[k] in grid[k] else grid[k][0] for k in knobs}
+        for k in knobs:
+            scores = {v: run({**best, k: v}).bpb for v in grid[k]}
+            best[k] = min(scores, key=scores.get)
+    else:
+        raise ValueError(f"unknown search {search!r} (grid or successive)")
+    point, _ = min(results, key=lambda r: r[1].bits)
+    return point, results
+
+
+def save_defaults(model: Model, rule: str, point: dict, record: dict) -> Model:
+    """The model with `point` recorded as `rule`'s coding defaults (and how they were found)."""
+    defaults = dict(model.info.get("defaults", {}))
+    rules = dict(defaults.get("rules", {}))
+    rules[rule] = {k: (int(v) if k == "segment_len" else float(v)) for k, v in point.items()}
+    defaults["rules"] = rules
+    info = dict(model.info, defaults=defaults)
+    tuning = dict(info.get("tuning", {}))
+    tuning[rule] = record
+    info["tuning"] = tuning
+    return Model(model.name, model.shape, model.theta, model.ms, info)
+
+
+# --- peers --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    module: str  # the Python package it needs
+    pack: Callable
+    unpack: Callable
+
+
+def _peers() -> list[Peer]:
+    import lzma
+
+    return [
+        Peer("zlib -9", "zlib", lambda m, d: m.compress(d, 9), lambda m, d: m.decompress(d)),
+        Peer("bz2 -9", "bz2", lambda m, d: m.compress(d, 9), lambda m, d: m.decompress(d)),
+        Peer(
+            "lzma -9e",
+            "lzma",
+            lambda m, d: m.compress(d, preset=9 | lzma.PRESET_EXTREME),
+            lambda m, d: m.decompress(d),
+        ),
+        Peer(
+            "zstd -19",
+            "zstandard",
+            lambda m, d: m.ZstdCompressor(level=19).compress(d),
+            lambda m, d: m.ZstdDecompressor().decompress(d),
+        ),
+        Peer("brotli -q 11", "brotli", lambda m, d: m.compress(d, quality=11), lambda m, d: m.decompress(d)),
+    ]
+
+
+PEERS = _peers()
+
+
+@dataclass
+class BenchRow:
+    name: str
+    size: int | None = None  # compressed bytes; None: skipped
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    note: str = ""
+
+
+def bench_peer(peer: Peer, data: bytes, importer=importlib.import_module) -> BenchRow:
+    try:
+        module = importer(peer.module)
+    except ImportError:
+        return BenchRow(peer.name, note=f"skipped: Python package {peer.module} not installed")
+    t0 = time.perf_counter()
+    packed = peer.pack(module, data)
+    t1 = time.perf_counter()
+    back = peer.unpack(module, packed)
+    t2 = time.perf_counter()
+    if back != data:
+        raise DyncompressError(f"{peer.name} did not round-trip")
+    return BenchRow(peer.name, len(packed), t1 - t0, t2 - t1)
+
+
+def bench_dyncompress(data: bytes, name: str, model, progress=None, **settings) -> BenchRow:
+    t0 = time.perf_counter()
+    packed = compress(data, model=model, progress=progress, **settings)
+    t1 = time.perf_counter()
+    back = b"".join(iter_decompress(io.BytesIO(packed).read, progress, model=model))
+    t2 = time.perf_counter()
+    if back != data:
+        raise DyncompressError("dyncompress did not round-trip")  # never: every block is checksummed
+    return BenchRow(name, len(packed), t1 - t0, t2 - t1)
+
+
+def windowed(bits: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean bits per byte over consecutive windows: (window centres, values)."""
+    n = len(bits) // window
+    if n == 0:
+        return np.array([len(bits) / 2]), np.array([bits.mean() if len(bits) else 0.0])
+    values = bits[: n * window].reshape(n, window).mean(axis=1)
+    return (np.arange(n) + 0.5) * window, values
+
+
+def cumulative(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bits per byte of the first k bytes, for k = 1 ... n."""
+    k = np.arange(1, len(bits) + 1)
+    return k, np.cumsum(bits, dtype=np.float64) / k
+
+
+def plot(measurements: Iterable[Measurement], path: str, title: str, window: int) -> None:
+    """Cumulative and windowed bits per byte over the position in the input (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DyncompressError("--plot needs matplotlib: pip install 'dyncompress[plot]'") from None
+    rows = [m for m in measurements if m.positions is not None and len(m.positions)]
+    base = next((m for m in rows if m.label == "static"), None)
+    panels = 3 if base is not None else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(9, 3.6 * panels), constrained_layout=True)
+    top, bottom = axes[0], axes[-1]
+    start = min(100, max(1, min(len(m.positions) for m in rows) // 10)) if rows else 1
+    for m in rows:
+        x, y = cumulative(m.positions)
+        top.plot(x[start - 1 :], y[start - 1 :], label=f"{m.label} ({m.bpb:.3f})", lw=1.2)
+        if base is not None and m is not base:
+            _, y0 = cumulative(base.positions)
+            axes[1].plot(x[start - 1 :], (y0 - y)[start - 1 :], label=m.label, lw=1.2)
+        x, y = windowed(m.positions, window)
+        bottom.plot(x, y, label=m.label, lw=1.0)
+    top.set_xscale("log")
+    top.set_xlabel("bytes coded (log scale)")
+    top.set_ylabel("cumulative bits per byte")
+    top.set_title(title)
+    if base is not None:
+        axes[1].set_xscale("log")
+        axes[1].axhline(0, color="grey", lw=0.8)
+        axes[1].set_xlabel("bytes coded (log scale)")
+        axes[1].set_ylabel("bits per byte saved vs static")
+    bottom.set_xlabel("position in the input (bytes)")
+    bottom.set_ylabel(f"bits per byte, {window:,}-byte windows")
+    for ax in axes:
+        ax.legend()
+        ax.grid(True, which="both", alpha=0.3)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".png", dir=directory)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
