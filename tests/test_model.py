@@ -8,26 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPORA, corpus, run_cli
+from conftest import CORPORA, TINY, corpus, run_cli
 from dyncompress import DyncompressError, compress, decompress
 from dyncompress.container import parse_header
 from dyncompress.model import DEFAULT_MODEL, Model, ModelError, from_bytes, load, save
-from dyncompress.train import TrainConfig, Trainer, calibrate
+from dyncompress.train import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = TrainConfig(hidden=24, batch=8, bptt=32, steps=60, lr=1e-2, warmup=5, valid_bytes=8000, eval_every=30)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple[Path, Model]:
-    """A tiny model trained briefly on Alice and calibrated on it; the file and the loaded model."""
-    path = tmp_path_factory.mktemp("models") / "tiny.dcm"
-    trainer = Trainer(TINY, [str(CORPORA / "alice29.txt")])
-    model = trainer.run(str(path), "tiny")
-    model.ms = calibrate(model, corpus("alice29.txt")[:20000], lanes=4, segment_len=8, clip=1.0)
-    model.info["defaults"] = {"lanes": 4, "segment_len": 8, "lr": 3e-3, "decay": 1e-3}
-    save(model, str(path))
-    return path, load(str(path))
 
 
 def test_training_lowers_validation_bpb():
