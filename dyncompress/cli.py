@@ -552,7 +552,7 @@ def compute_options(f):
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, required=True, metavar="SOURCE...")
 @click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
 @click.option("--name", help="Model name recorded in the file [the output's base name].")
 @click.option("--hidden", type=click.IntRange(1), default=256, show_default=True, help="mLSTM hidden units.")
@@ -595,7 +595,11 @@ def compute_options(f):
 @compute_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
 def train(files, output, name, resume, threads, device, quiet, **config):
-    """Train a model on FILES (text; each file's tail is held out for validation)."""
+    """Train a model on text (each source's tail is held out for validation).
+
+    SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as
+    enwik8:train.
+    """
     from .train import TrainConfig, Trainer
 
     if threads:
@@ -630,7 +634,7 @@ def train(files, output, name, resume, threads, device, quiet, **config):
 
 @main.command()
 @click.argument("model_path", metavar="MODEL.dcm", type=click.Path(exists=True, dir_okay=False))
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, required=True, metavar="SOURCE...")
 @click.option("-o", "--output", metavar="FILE", help="Write the calibrated model here [update MODEL in place].")
 @click.option(
     "--bytes",
@@ -660,11 +664,14 @@ def train(files, output, name, resume, threads, device, quiet, **config):
 @click.option("--eps", type=click.FloatRange(0, min_open=True), help="Store as the model's default eps.")
 @compute_options
 def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, decay, eps, threads, device):
-    """Collect MS_g (mean squared gradients per segment) of MODEL over FILES and store them in it.
+    """Collect MS_g (mean squared gradients per segment) of MODEL over text and store them in it.
+
+    SOURCE: FILE, FILE:START:END, or a fetched corpus's split (an equal share from the start of each).
 
     The rms and rms-decay rules then use RMS_g = sqrt(MS_g) from the training text,
     as in Krause et al. (2018), instead of statistics gathered on the stream.
     """
+    from .corpus import parse_source
     from .model import load, save
     from .train import calibrate as collect
 
@@ -674,8 +681,8 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
         model = load(model_path)
         share = budget // len(files)
         text = b""
-        for path in files:
-            with open(path, "rb") as f:
+        for spec in files:
+            with parse_source(spec).open() as f:
                 text += f.read(share)
         progress = Progress("calibrate", len(text), True)
         started = time.monotonic()
@@ -687,7 +694,7 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
         defaults.update({k: v for k, v in (("lr", lr), ("decay", decay), ("eps", eps)) if v is not None})
         model.info["defaults"] = defaults
         model.info["calibration"] = {
-            "files": [os.path.basename(p) for p in files],
+            "files": [os.path.basename(p) for p in files],  # as given: a slice keeps its range
             "bytes": len(text),
             "lanes": lanes,
             "segment_len": segment_len,

@@ -56,12 +56,16 @@ class TrainConfig:
 
 
 def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
-    """Train and valid byte arrays; each file's tail (share of `valid_bytes` by size) is held out."""
+    """Train and valid byte arrays; each file's tail (share of `valid_bytes` by size) is held out.
+
+    `paths`: files, or any source `corpus.parse_source` takes (FILE:START:END, enwik8:train).
+    """
+    from .corpus import read_source
+
     blobs = []
     for path in paths:
         try:
-            with open(path, "rb") as f:
-                blobs.append(f.read())
+            blobs.append(read_source(path)[1])
         except OSError as e:
             raise ModelError(f"cannot read {path}: {e.strerror or e}") from None
     total = sum(len(b) for b in blobs)

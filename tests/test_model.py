@@ -138,17 +138,23 @@ def test_cli_model_by_path_and_by_name(tiny, tmp_path):
 def test_cli_train_and_calibrate(tmp_path):
     out = tmp_path / "cli.dcm"
     args = ["--hidden", "16", "--batch", "4", "--bptt", "16", "--steps", "12", "--eval-every", "6"]
-    r = run_cli("train", CORPORA / "alice29.txt", "-o", out, *args, "--valid-bytes", "4000")
+    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:100k", "-o", out, *args, "--valid-bytes", "4000")
     assert r.returncode == 0, r.stderr
-    assert b"valid" in r.stderr and load(str(out)).info["training"]["steps"] == 12
+    training = load(str(out)).info["training"]
+    assert b"valid" in r.stderr and training["steps"] == 12
+    assert [(f["file"], f["bytes"]) for f in training["corpus"]] == [("alice29.txt:0:100k", 100_000)]
     r = run_cli("train", CORPORA / "alice29.txt", "-o", out, *args)
     assert r.returncode == 1 and b"--resume" in r.stderr  # never overwrites a model silently
-    r = run_cli("calibrate", out, CORPORA / "alice29.txt", "--bytes", "5000", "--lanes", "2", "--segment-len", "8")
+    r = run_cli(
+        "calibrate", out, f"{CORPORA / 'alice29.txt'}:100k:", "--bytes", "5000", "--lanes", "2", "--segment-len", "8"
+    )
     assert r.returncode == 0, r.stderr
     m = load(str(out))
     assert m.ms is not None and m.info["defaults"]["lanes"] == 2 and m.info["calibration"]["bytes"] == 5000
     r = run_cli("calibrate", tmp_path / "missing.dcm", CORPORA / "alice29.txt")
     assert r.returncode == 2 and b"Traceback" not in r.stderr
+    r = run_cli("calibrate", out, f"{CORPORA / 'alice29.txt'}:0:999999999")
+    assert r.returncode == 1 and b"is not within the file" in r.stderr and b"Traceback" not in r.stderr
 
 
 def test_online_and_model_contradict(tmp_path):
