@@ -39,12 +39,20 @@ class Tally:
     def __init__(self, lanes: int) -> None:
         self.lanes = lanes
         self.rows: list[np.ndarray] = []
+        self.active: list[int] = []  # lanes coded at each step
 
     def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
         row = np.zeros(self.lanes)
         k = len(symbols)
         row[:k] = FREQ_BITS - np.log2(freqs[np.arange(k), symbols])
         self.rows.append(row)
+        self.active.append(k)
+
+    def in_coding_order(self) -> np.ndarray:
+        """Bits in the order they were coded: step by step, the active lanes of each step."""
+        if not self.rows:
+            return np.zeros(0)
+        return np.concatenate([row[:k] for row, k in zip(self.rows, self.active, strict=True)])
 
     def per_byte(self, length: int) -> np.ndarray:
         """Bits of every byte in input order (the lanes' layout undone, as `from_lanes` does)."""
@@ -60,7 +68,8 @@ class Measurement:
     length: int
     bits: float
     seconds: float
-    positions: np.ndarray | None = None  # bits per byte position (float32), when asked for
+    positions: np.ndarray | None = None  # bits of every byte in input order (float32), when asked for
+    order: np.ndarray | None = None  # the same bits in the order they were coded (all lanes, step by step)
 
     @property
     def bpb(self) -> float:
@@ -86,7 +95,7 @@ def measure(
     """Bits the codec would spend on `data` with these settings (the encoder's loop, no output)."""
     started = time.perf_counter()
     codec = Codec(settings, model)
-    bits, parts = 0.0, []
+    bits, parts, order = 0.0, [], []
     for offset in range(0, len(data), settings.block_size):
         block = data[offset : offset + settings.block_size]
         tally = Tally(settings.lanes)
@@ -95,9 +104,12 @@ def measure(
         bits += min(float(per_byte.sum()), 8.0 * len(block))  # a block that would expand is stored
         if positions:
             parts.append(per_byte.astype(np.float32))
+            order.append(tally.in_coding_order().astype(np.float32))
     seconds = time.perf_counter() - started
-    kept = np.concatenate(parts) if positions and parts else (np.zeros(0, np.float32) if positions else None)
-    return Measurement(label, settings, len(data), bits, seconds, kept)
+    m = Measurement(label, settings, len(data), bits, seconds)
+    if positions:
+        m.positions, m.order = (np.concatenate(p) if p else np.zeros(0, np.float32) for p in (parts, order))
+    return m
 
 
 def row_settings(
@@ -311,22 +323,24 @@ def plot(measurements: Iterable[Measurement], path: str, title: str, window: int
     top, bottom = axes[0], axes[-1]
     start = min(100, max(1, min(len(m.positions) for m in rows) // 10)) if rows else 1
     for m in rows:
-        x, y = cumulative(m.positions)
+        # the cumulative curves follow coding order (all lanes, step by step): x = bytes the
+        # model has seen, which is what adaptation depends on
+        x, y = cumulative(m.order)
         top.plot(x[start - 1 :], y[start - 1 :], label=f"{m.label} ({m.bpb:.3f})", lw=1.2)
-        if base is not None and m is not base:
-            _, y0 = cumulative(base.positions)
+        if base is not None and m is not base and m.label != "online":  # online is another scale
+            _, y0 = cumulative(base.order)
             axes[1].plot(x[start - 1 :], (y0 - y)[start - 1 :], label=m.label, lw=1.2)
         x, y = windowed(m.positions, window)
         bottom.plot(x, y, label=m.label, lw=1.0)
     top.set_xscale("log")
-    top.set_xlabel("bytes coded (log scale)")
+    top.set_xlabel("bytes coded so far, all lanes (log scale)")
     top.set_ylabel("cumulative bits per byte")
     top.set_title(title)
     if base is not None:
         axes[1].set_xscale("log")
         axes[1].axhline(0, color="grey", lw=0.8)
-        axes[1].set_xlabel("bytes coded (log scale)")
-        axes[1].set_ylabel("bits per byte saved vs static")
+        axes[1].set_xlabel("bytes coded so far, all lanes (log scale)")
+        axes[1].set_ylabel("cumulative bits per byte saved vs static")
     bottom.set_xlabel("position in the input (bytes)")
     bottom.set_ylabel(f"bits per byte, {window:,}-byte windows")
     for ax in axes:

@@ -28,6 +28,7 @@ def test_estimate_matches_a_real_encode(tiny, row):
     assert 0 <= c["payload"] - c["estimate"] <= 4 * 2 + 4, c
     assert c["file"] == c["payload"] + c["header"] + c["framing"]
     assert len(m.positions) == len(data) and abs(float(m.positions.sum()) - m.bits) < 1e-2 * m.length
+    assert np.array_equal(np.sort(m.positions), np.sort(m.order))  # the same bytes' bits, reordered
     assert 1.0 < m.bpb < 8.0
 
 
@@ -41,6 +42,7 @@ def test_tally_undoes_the_lane_layout():
         tally.code(freqs[: len(symbols)], symbols)
     bits = tally.per_byte(10)
     assert bits.tolist() == [1, 8, 8, 8, 8, 8, 8, 8, 1, 1]  # lane 2 = bytes 8, 9: a 7 at steps 0 and 1
+    assert tally.in_coding_order().tolist() == [1, 8, 1, 8, 8, 1, 8, 8, 8, 8]  # step by step, active lanes
 
 
 def test_tune_picks_the_lowest_measured_point(tiny):
