@@ -18,5 +18,5 @@ dyncompress tune "$VALID" -m "$MODEL" -o "$MODEL" --rule sgd --lr 0.03,0.1,0.3 -
 dyncompress tune "$VALID" -m "$MODEL" -o "$MODEL" --rule rms --lr 1e-4,2e-4,3e-4,5e-4 --segment-len 16 $T
 dyncompress tune "$VALID" -m "$MODEL" -o "$MODEL" --rule rms-decay --lr 1e-4,2e-4,3e-4,5e-4 \
     --decay 0,1e-5,1e-4,1e-3 --segment-len 8,16,32 $T
-dyncompress eval "$TEST" -m "$MODEL" --confirm rms-decay --plot "$OUT/enwik8_3M-3.5M.png" $T
+dyncompress eval "$TEST" -m "$MODEL" --confirm rms-decay --plot "${PLOT:-bench/enwik8_3M-3.5M.png}" $T
 dyncompress bench "$TEST" -m "$MODEL" $T

@@ -322,16 +322,17 @@ def plot(measurements: Iterable[Measurement], path: str, title: str, window: int
     fig, axes = plt.subplots(panels, 1, figsize=(9, 3.6 * panels), constrained_layout=True)
     top, bottom = axes[0], axes[-1]
     start = min(100, max(1, min(len(m.positions) for m in rows) // 10)) if rows else 1
-    for m in rows:
+    for i, m in enumerate(rows):
+        style = dict(color=f"C{i}", label=m.label)  # one colour per row in every panel
         # the cumulative curves follow coding order (all lanes, step by step): x = bytes the
         # model has seen, which is what adaptation depends on
         x, y = cumulative(m.order)
-        top.plot(x[start - 1 :], y[start - 1 :], label=f"{m.label} ({m.bpb:.3f})", lw=1.2)
+        top.plot(x[start - 1 :], y[start - 1 :], lw=1.2, **{**style, "label": f"{m.label} ({m.bpb:.3f})"})
         if base is not None and m is not base and m.label != "online":  # online is another scale
             _, y0 = cumulative(base.order)
-            axes[1].plot(x[start - 1 :], (y0 - y)[start - 1 :], label=m.label, lw=1.2)
+            axes[1].plot(x[start - 1 :], (y0 - y)[start - 1 :], lw=1.2, **style)
         x, y = windowed(m.positions, window)
-        bottom.plot(x, y, label=m.label, lw=1.0)
+        bottom.plot(x, y, lw=1.0, **style)
     top.set_xscale("log")
     top.set_xlabel("bytes coded so far, all lanes (log scale)")
     top.set_ylabel("cumulative bits per byte")
