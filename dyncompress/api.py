@@ -325,7 +325,14 @@ class Decompressor:
             encode_block(self._codec, block.payload, self._progress)
             data = block.payload
         else:
-            data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
+            try:
+                data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
+            except (AssertionError, ValueError, RuntimeError, OverflowError) as e:
+                # the range decoder met data its model calls impossible: the models differ
+                raise DyncompressError(
+                    f"block {self._blocks + 1}: the decoder diverged from the encoder ({e}); "
+                    "nothing of this block was output"
+                ) from None
         if block_digest(data) != block.digest:
             raise DyncompressError(
                 f"block {self._blocks + 1}: the decoder diverged from the encoder (checksum mismatch); "

@@ -12,7 +12,7 @@ import dyncompress
 from conftest import SMALL, corpus
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
 from dyncompress.codec import LEVELS
-from dyncompress.container import MAGIC, VERSION, Block, pack_header, parse_frame, parse_header
+from dyncompress.container import MAGIC, VERSION, Block, pack_block, pack_header, parse_frame, parse_header
 from dyncompress.mlstm import unflatten
 
 RNG = np.random.default_rng(0)
@@ -148,6 +148,27 @@ def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
     dec = Decompressor()
     with pytest.raises(DyncompressError, match="diverged"):
         dec.decompress(packed)
+
+
+def test_payloads_the_model_calls_impossible_are_one_clear_error():
+    """Range-coded words that pass their CRC but were not made by this model (a decoder that drifted
+    far, or a forged block): the range decoder can meet a state no symbol owns. That must be a
+    DyncompressError like any divergence, never the coder's own exception, never output."""
+    data = corpus("alice29.txt")[:3000]
+    packed = compress(data, **SMALL)
+    _, start = parse_header(packed)
+    block, end = parse_frame(packed, start, 1 << 20)
+    assert not block.stored
+    rng = np.random.default_rng(0)
+    messages = []
+    for _ in range(60):
+        words = rng.integers(0, 2**32, size=int(rng.integers(1, 40)), dtype=np.uint64).astype("<u4").tobytes()
+        forged = packed[:start] + pack_block(data, words) + packed[end:]
+        with pytest.raises(DyncompressError, match="diverged") as caught:
+            decompress(forged)
+        messages.append(str(caught.value))
+    assert any("invalid for the employed entropy model" in m for m in messages)  # the coder's path was taken
+    assert any("checksum mismatch" in m for m in messages)
 
 
 def test_open_binary_and_text(tmp_path):
