@@ -94,7 +94,10 @@ def measure(
 ) -> Measurement:
     """Bits the codec would spend on `data` with these settings (the encoder's loop, no output)."""
     started = time.perf_counter()
-    codec = Codec(settings, model)
+    try:
+        codec = Codec(settings, model)
+    except (ValueError, RuntimeError) as e:  # no GPU, a model of another shape
+        raise DyncompressError(str(e)) from None
     bits, parts, order = 0.0, [], []
     for offset in range(0, len(data), settings.block_size):
         block = data[offset : offset + settings.block_size]

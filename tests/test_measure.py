@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
@@ -131,6 +132,10 @@ def test_cli_eval_refuses_bad_requests(tiny, tmp_path):
     )
     r = run_cli("eval", f"{ALICE}:5:5", "--model", path)
     assert r.returncode == 1 and "empty input" in r.stderr.decode()
+    if not torch.cuda.is_available():
+        for command in (["eval", "-r", "static"], ["tune", "--lr", "1e-3", "--decay", "0", "--segment-len", "8"]):
+            r = run_cli(*command, CORPORA / "xargs.1", "--model", path, "--device", "cuda")
+            assert r.returncode == 1 and "needs a CUDA GPU" in r.stderr.decode() and b"Traceback" not in r.stderr
 
 
 def test_cli_tune_reports_every_point_and_saves_the_best(tiny, tmp_path):
