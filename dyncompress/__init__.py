@@ -1,23 +1,38 @@
-"""dyncompress: lossless compression with a byte-level mLSTM that adapts while it codes."""
+"""dyncompress: lossless compression with a byte-level mLSTM that adapts while it codes.
+
+The public names load on first use (PEP 562), so `import dyncompress` and the command line's
+start stay light until torch is needed, and a Ctrl-C while torch loads is a clean exit.
+"""
+
+import importlib
 
 __version__ = "0.2.0"
 
-from .api import Compressor, Decompressor, compress, decompress, open  # noqa: E402
-from .codec import Settings  # noqa: E402
-from .errors import DyncompressError  # noqa: E402
-from .model import DEFAULT_MODEL, Model, ModelError  # noqa: E402
-from .model import find as find_model  # noqa: E402
+_EXPORTS = {
+    "Compressor": ("api", "Compressor"),
+    "Decompressor": ("api", "Decompressor"),
+    "compress": ("api", "compress"),
+    "decompress": ("api", "decompress"),
+    "open": ("api", "open"),
+    "Settings": ("codec", "Settings"),
+    "DyncompressError": ("errors", "DyncompressError"),
+    "DEFAULT_MODEL": ("model", "DEFAULT_MODEL"),
+    "Model": ("model", "Model"),
+    "ModelError": ("model", "ModelError"),
+    "find_model": ("model", "find"),
+}
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "Compressor",
-    "Decompressor",
-    "DyncompressError",
-    "Model",
-    "ModelError",
-    "Settings",
-    "compress",
-    "decompress",
-    "find_model",
-    "open",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dyncompress' has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

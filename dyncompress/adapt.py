@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._signals import held_interrupts
+
 RULES = ("static", "sgd", "rms", "rms-decay")
 
 
@@ -53,9 +55,10 @@ class Adapter:
         elif settings.rule in ("rms", "rms-decay"):
             # torch's fused Adam kernel: one pass over the parameters, deterministic
             beta1 = settings.beta1 if settings.rule == "rms" else 0.0
-            self._opt = torch.optim.Adam(
-                [theta], lr=settings.lr, betas=(beta1, settings.beta2), eps=settings.eps, fused=True
-            )
+            with held_interrupts():  # its first use imports torch._dynamo: ~800 modules, ~1 s
+                self._opt = torch.optim.Adam(
+                    [theta], lr=settings.lr, betas=(beta1, settings.beta2), eps=settings.eps, fused=True
+                )
 
     @torch.no_grad()
     def update(self, theta: torch.Tensor, grad: torch.Tensor) -> None:
