@@ -68,7 +68,7 @@ MODEL_LEVELS: dict[int, dict] = {
     9: dict(lanes=2, segment_len=16),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
-# A rule's settings when the model records none for it (`tune --save` records them under
+# A rule's settings when the model records none for it (`tune -o` records them under
 # defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
 # enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
 RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
