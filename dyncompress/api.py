@@ -327,8 +327,8 @@ class Decompressor:
         else:
             try:
                 data = decode_block(self._codec, block.payload, block.orig_len, self._progress)
-            except (AssertionError, ValueError, RuntimeError, OverflowError) as e:
-                # the range decoder met data its model calls impossible: the models differ
+            except AssertionError as e:
+                # constriction's range decoder met data its model calls impossible: the models differ
                 raise DyncompressError(
                     f"block {self._blocks + 1}: the decoder diverged from the encoder ({e}); "
                     "nothing of this block was output"

@@ -5,6 +5,7 @@ Each takes its input as a source: FILE, FILE:START:END, or a fetched corpus's sp
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -223,8 +224,7 @@ def eval_(
     results, static = [], None
     try:
         for row in rows:
-            extra = adapt if row not in ("static",) else {}
-            settings, start = row_settings(row, len(data), pretrained, level, **knobs, **extra)
+            settings, start = row_settings(row, len(data), pretrained, level, **knobs, **adapt)
             progress = _progress(row, len(data), quiet)
             try:
                 m = measure(data, settings, start, row, progress, positions=plot is not None)
@@ -337,9 +337,8 @@ def tune(
         grid["decay"] = _values(decays, float, "--decay") or [0.0, decay0 / 10, decay0, decay0 * 10]
     elif decays is not None:
         raise click.UsageError(f"--decay applies to rms-decay only, not {rule}")
-    points = len(grid["lr"]) * len(grid["segment_len"]) * len(grid.get("decay", [1]))
-    if search == "successive":
-        points = sum(len(v) for v in grid.values())
+    sizes = [len(v) for v in grid.values()]
+    points = sum(sizes) if search == "successive" else math.prod(sizes)
     origin = f"model {pretrained.name}" if pretrained else "online"
     click.echo(f"tuning {rule} ({origin}) on {source}: {len(data):,} bytes, {search} search, up to {points} points")
 
