@@ -14,7 +14,7 @@ _EXPORTS = {
     "compress": ("api", "compress"),
     "decompress": ("api", "decompress"),
     "open": ("api", "open"),
-    "Settings": ("codec", "Settings"),
+    "Settings": ("settings", "Settings"),
     "DyncompressError": ("errors", "DyncompressError"),
     "DEFAULT_MODEL": ("model", "DEFAULT_MODEL"),
     "Model": ("model", "Model"),

@@ -16,33 +16,31 @@ loss; encoder and decoder call it with bit-identical arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ._signals import held_interrupts
+from .settings import RULES, AdaptSettings
 
-RULES = ("static", "sgd", "rms", "rms-decay")
+ADAPTIVE = tuple(r for r in RULES if r != "static")  # static adapts nothing: it gets no Adapter
 
 
-@dataclass(frozen=True)
-class AdaptSettings:
-    rule: str = "rms"
-    lr: float = 1.5e-3
-    beta1: float = 0.0  # momentum hurt online learning in every measurement (BENCHMARKS.md)
-    beta2: float = 0.99
-    eps: float = 1e-8
-    decay: float = 1e-4  # lambda of rms-decay; the other rules ignore it
-    clip: float = 1.0  # max gradient norm per segment; 0 disables
+@torch.no_grad()
+def clip_grad_(grad: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Scale `grad` in place to a norm of at most `max_norm` (0: leave it). The one clipping rule
+    of the codec, calibration (which must see the gradients the codec will) and training."""
+    if max_norm > 0:
+        # scale by min(1, max_norm / norm) without a data-dependent Python branch
+        grad.mul_((max_norm / (grad.norm() + 1e-12)).clamp_(max=1.0))
+    return grad
 
 
 class Adapter:
-    """Applies one rule to a flat parameter vector `theta`, in place."""
+    """Applies one adaptive rule to the flat parameter vector `theta`, in place."""
 
     def __init__(self, settings: AdaptSettings, theta: torch.Tensor, ms: torch.Tensor | None = None) -> None:
-        if settings.rule not in RULES:
-            raise ValueError(f"unknown adaptation rule {settings.rule!r} (choose from {', '.join(RULES)})")
-        self.s = settings
+        if settings.rule not in ADAPTIVE:
+            raise ValueError(f"no adaptation for rule {settings.rule!r} (adaptive rules: {', '.join(ADAPTIVE)})")
+        self.s, self.theta = settings, theta
         self.theta0 = theta.clone() if settings.rule == "rms-decay" else None
         self._opt = None
         self._denom = self._decrate = None
@@ -59,15 +57,13 @@ class Adapter:
                 self._opt = torch.optim.Adam(
                     [theta], lr=settings.lr, betas=(beta1, settings.beta2), eps=settings.eps, fused=True
                 )
+        self._fresh = self.state_dict()
 
     @torch.no_grad()
-    def update(self, theta: torch.Tensor, grad: torch.Tensor) -> None:
-        s = self.s
-        if s.rule == "static":
-            return
-        if s.clip > 0:
-            # scale by min(1, clip / norm) without a data-dependent Python branch
-            grad.mul_((s.clip / (grad.norm() + 1e-12)).clamp_(max=1.0))
+    def update(self, grad: torch.Tensor) -> None:
+        """One step of the rule with the gradient of the segment's mean loss (clipped in place)."""
+        s, theta = self.s, self.theta
+        clip_grad_(grad, s.clip)
         if self._denom is not None:
             theta.addcdiv_(grad, self._denom, value=-s.lr)
             if self._decrate is not None:
@@ -84,3 +80,20 @@ class Adapter:
             rms = ms.sqrt()  # and decrate = rms / mean(rms) is scale-free anyway
             decrate = rms.div_(rms.mean()).clamp_(max=1.0 / s.decay)
             theta.addcmul_(decrate, self.theta0 - theta, value=s.decay)
+
+    def state_dict(self) -> dict:
+        """The statistics gathered on the stream (Adam's moments and step count); {} if none."""
+        if self._opt is None or not self._opt.state:
+            return {}
+        return {k: v.clone() for k, v in self._opt.state[self.theta].items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self._opt is None:
+            return
+        self._opt.state.clear()
+        if state:
+            self._opt.state[self.theta] = {k: v.clone() for k, v in state.items()}
+
+    def reset(self) -> None:
+        """Forget what was gathered on the stream."""
+        self.load_state_dict(self._fresh)

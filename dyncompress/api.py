@@ -16,62 +16,28 @@ import io
 import os
 import platform
 from collections.abc import Callable
-from dataclasses import fields, replace
 
 import numpy as np
 import torch
 
 from . import __version__
-from .adapt import AdaptSettings
-from .codec import (
-    DEFAULT_LEVEL,
-    Codec,
-    Settings,
-    decode_block,
-    default_device,
-    encode_block,
-    fingerprint,
-    lanes_for_size,
-    level_settings,
-)
+from .codec import Codec, decode_block, encode_block, fingerprint
 from .container import (
     Block,
     FormatError,
+    FrameReader,
+    Header,
     block_digest,
     pack_block,
     pack_end,
     pack_header,
-    parse_frame,
-    parse_header,
     stream_digest,
 )
 from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
-
-Progress = Callable[[int], None]
-_ADAPT_KEYS = {f.name for f in fields(AdaptSettings)}
-
-
-# Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
-# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, less batching) as the level
-# rises. Ordered by speed and ratio as measured on 150 kB of enwik8 (BENCHMARKS.md).
-MODEL_LEVELS: dict[int, dict] = {
-    1: dict(rule="static", lanes=32, segment_len=16),
-    2: dict(rule="static", lanes=16, segment_len=16),
-    3: dict(lanes=32, segment_len=16),
-    4: dict(lanes=24, segment_len=16),
-    5: dict(lanes=32, segment_len=8),
-    6: dict(),  # the model's own defaults (enwiki-h256: 16 lanes x 16)
-    7: dict(lanes=8, segment_len=16),
-    8: dict(lanes=4, segment_len=16),
-    9: dict(lanes=2, segment_len=16),
-}
-MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
-# A rule's settings when the model records none for it (`tune -o` records them under
-# defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
-# enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
-RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
+from .progress import Progress
+from .settings import Settings, make_settings
 
 
 def resolve_model(model: str | Model | None) -> Model | None:
@@ -79,62 +45,6 @@ def resolve_model(model: str | Model | None) -> Model | None:
     if model is None or isinstance(model, Model):
         return model
     return find_model(model)
-
-
-def model_settings(model: Model, level: int, device: str, rule: str | None = None) -> Settings:
-    """Settings for coding with `model` at `level` (and `rule`, if given): the model's recorded
-    defaults, those it records for the rule, then the level's changes."""
-    if level not in MODEL_LEVELS:
-        raise ValueError(f"level must be 1 ... 9, not {level}")
-    defaults = dict(model.info.get("defaults", {}))
-    per_rule = defaults.pop("rules", {})
-    rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
-    knobs = {
-        **MODEL_DEFAULTS,
-        **defaults,
-        **RULE_DEFAULTS.get(rule, {}),
-        **per_rule.get(rule, {}),
-        **MODEL_LEVELS[level],
-        "rule": rule,
-    }
-    adapt = {k: knobs.pop(k) for k in list(knobs) if k in _ADAPT_KEYS}
-    return Settings(hidden=model.shape.hidden, **knobs, device=device, adapt=AdaptSettings(**adapt))
-
-
-def make_settings(
-    settings: Settings | None = None,
-    *,
-    level: int | None = None,
-    size_hint: int | None = None,
-    model: Model | None = None,
-    **overrides,
-) -> Settings:
-    """Settings from a level (1 ... 9, default 6) and keyword overrides (`lanes=8`, `rule="sgd"`, ...).
-
-    With a `model`, the level works from the model's recorded defaults and the hidden size is the
-    model's; without, it sets the online network (`codec.LEVELS`). The device defaults to CUDA
-    when available, else the CPU. With `size_hint` (the input's length, when known) and no
-    explicit `lanes`, a small input gets fewer lanes (`lanes_for_size`): each lane then sees more
-    gradient steps.
-    """
-    if settings is not None and level is not None:
-        raise TypeError("give either settings or a level, not both")
-    device = overrides.pop("device", None) or (settings.device if settings else default_device())
-    if settings is not None:
-        base = settings
-    elif model is not None:
-        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"))
-    else:
-        base = level_settings(level or DEFAULT_LEVEL, device)
-    if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
-        raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
-    if settings is None and size_hint is not None and "lanes" not in overrides:
-        overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
-    adapt = {k: overrides.pop(k) for k in list(overrides) if k in _ADAPT_KEYS}
-    unknown = set(overrides) - {f.name for f in fields(Settings)}
-    if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    return replace(base, **overrides, device=device, adapt=replace(base.adapt, **adapt))
 
 
 def platform_record(device: str) -> dict:
@@ -198,8 +108,7 @@ class Compressor:
             self._codec = Codec(self.settings, self.model)
             meta = {
                 "settings": self.settings.to_dict(),
-                # None: online mode (seeded random start); else which weights it starts from
-                "model": None if self.model is None else {"name": self.model.name, "sha256": self.model.sha256},
+                **self._codec.predictor.record(),
                 "fingerprint": fingerprint(self.settings, self.model),
                 "platform": platform_record(self.settings.device),
             }
@@ -255,15 +164,21 @@ class Decompressor:
         """`model`: the model to decode with (name, path or Model); default: the one the header names."""
         self._given = model
         self.model: Model | None = None
-        self._buf = bytearray()
+        self._reader = FrameReader()
         self._codec: Codec | None = None
         self.settings: Settings | None = None
         self.meta: dict | None = None
         self._progress = progress
         self._digest = stream_digest()
         self._total = self._blocks = 0
-        self.eof = False
-        self.unused_data = b""
+
+    @property
+    def eof(self) -> bool:
+        return self._reader.ended
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._reader.unused
 
     @property
     def needs_input(self) -> bool:
@@ -343,45 +258,24 @@ class Decompressor:
     def decompress(self, data: bytes) -> bytes:
         if self.eof:
             raise EOFError("already at end of stream")
-        self._buf += data
-        out, pos = [], 0
-        try:
-            if self._codec is None:
-                parsed = parse_header(self._buf)
-                if parsed is None:
-                    return b""
-                meta, pos = parsed
-                self._start(meta)
-            while not self.eof:
-                parsed = parse_frame(self._buf, pos, self.settings.block_size)
-                if parsed is None:
-                    break
-                frame, pos = parsed
-                if isinstance(frame, Block):
-                    block = self._decode(frame)
-                    self._digest.update(block)
-                    self._total += len(block)
-                    self._blocks += 1
-                    out.append(block)
-                    continue
-                if (frame.total_len, frame.blocks, frame.digest) != (
-                    self._total,
-                    self._blocks,
-                    self._digest.digest(),
-                ):
-                    raise FormatError("corrupt stream (end marker does not match the blocks read)")
-                self.eof = True
-                self.unused_data = bytes(self._buf[pos:])
-        finally:
-            del self._buf[:pos]
+        self._reader.push(data)
+        out = []
+        for frame in self._reader.frames():
+            if isinstance(frame, Header):
+                self._start(frame.meta)
+            elif isinstance(frame, Block):
+                block = self._decode(frame)
+                self._digest.update(block)
+                self._total += len(block)
+                self._blocks += 1
+                out.append(block)
+            elif (frame.total_len, frame.blocks, frame.digest) != (self._total, self._blocks, self._digest.digest()):
+                raise FormatError("corrupt stream (end marker does not match the blocks read)")
         return b"".join(out)
 
     def finish(self) -> None:
         """Raise if the stream ended before its end marker."""
-        if self.meta is None:
-            raise FormatError("truncated file (incomplete header)" if self._buf else "empty input, not a .dc stream")
-        if not self.eof:
-            raise FormatError("truncated file (the end marker is missing)")
+        self._reader.finish()
 
 
 def compress(data: bytes, model: str | Model | None = DEFAULT_MODEL, **settings) -> bytes:

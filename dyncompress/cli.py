@@ -21,26 +21,15 @@ from dataclasses import dataclass
 
 import click
 
-from . import __version__
-from .adapt import RULES
-from .codec import Settings
+from . import __version__, cli_measure
+from .cli_base import EXIT_ERROR, EXIT_INTERRUPTED, Failure, Fatal, knob, level_options, torch_threads
 from .errors import DyncompressError
 from .model import DEFAULT_MODEL
+from .progress import ProgressLine
+from .settings import RULES, Settings
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
-EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
-
-
-class Failure(Exception):
-    """A one-line problem with one file; the run goes on to the next file."""
-
-
-class Fatal(click.ClickException):
-    """A one-line error that ends the command (exit 1), printed like every other error."""
-
-    def show(self, file=None) -> None:
-        click.echo(f"dyncompress: {self.format_message()}", err=True)
 
 
 @dataclass
@@ -54,38 +43,6 @@ class Options:
     def say(self, message: str, level: int = 2) -> None:
         if self.verbosity >= level:
             click.echo(message, err=True)
-
-
-# --- progress -----------------------------------------------------------------------
-
-
-class Progress:
-    """One self-overwriting line on stderr, only when stderr is a terminal."""
-
-    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self.enabled = enabled and sys.stderr.isatty()
-        self.start = self.last = time.monotonic()
-
-    def __call__(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and now - self.last >= 0.2:
-            self.last = now
-            rate = self.done / max(now - self.start, 1e-9) / 1e3
-            if self.total:
-                pct = 100 * self.done / self.total
-                eta = (self.total - self.done) / max(rate * 1e3, 1e-9)
-                status = f"{pct:5.1f}%  {self.done:,}/{self.total:,} B  {rate:.1f} kB/s  ETA {eta:.0f} s"
-            else:
-                status = f"{self.done:,} B  {rate:.1f} kB/s"
-            sys.stderr.write(f"\r{self.label}: {status}\x1b[K")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.last != self.start:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
 
 
 # --- output handling ----------------------------------------------------------------
@@ -207,40 +164,26 @@ def _summary(name: str, n_in: int, n_out: int, seconds: float, encoding: bool) -
 
 def describe(name: str, reader) -> str:
     """`info`: the header's record and a walk over the frames (checksums checked, nothing decoded)."""
-    from .container import Block, FormatError, parse_frame, parse_header
+    from .container import Block, FrameReader, Header, read_frames
 
-    buf = bytearray()
-    while (parsed := parse_header(buf)) is None:
-        if not (chunk := reader.read(CHUNK)):
-            raise FormatError("truncated file (incomplete header)" if buf else "empty input, not a .dc stream")
-        buf += chunk
-    meta, pos = parsed
-    settings = meta.get("settings", {})
-    blocks = original = 0
-    while True:
-        parsed = parse_frame(buf, pos, int(settings.get("block_size", 1 << 30)))
-        if parsed is None:
-            if not (chunk := reader.read(CHUNK)):
-                raise FormatError("truncated file (the end marker is missing)")
-            del buf[:pos]
-            pos = 0
-            buf += chunk
-            continue
-        frame, pos = parsed
-        if not isinstance(frame, Block):
-            break
-        blocks += 1
-        original += frame.orig_len
-    compressed = reader.tell() - (len(buf) - pos) if hasattr(reader, "tell") and reader.seekable() else None
+    stream = FrameReader()
+    meta, blocks, original = {}, 0, 0
+    for frame in read_frames(reader.read, CHUNK, stream):
+        if isinstance(frame, Header):
+            meta = frame.meta
+        elif isinstance(frame, Block):
+            blocks += 1
+            original += frame.orig_len
+    compressed = stream.offset
+    settings = dict(meta.get("settings", {}))
     adapt = settings.pop("adapt", {})
     network = ("hidden", "seed")
     lines = [
         f"{name}:",
         f"  original size   {original:,} bytes in {blocks} block(s)",
     ]
-    if compressed is not None:
-        bpb = 8 * compressed / original if original else 0.0
-        lines.append(f"  compressed size {compressed:,} bytes ({bpb:.3f} bits/byte)")
+    bpb = 8 * compressed / original if original else 0.0
+    lines.append(f"  compressed size {compressed:,} bytes ({bpb:.3f} bits/byte)")
     lines += [
         f"  model           {_model_line(meta.get('model'))}",
         "  network         " + ", ".join(f"{k}={settings[k]}" for k in network if k in settings),
@@ -343,19 +286,6 @@ MODEL_HELP = (
 )
 
 
-def knob(name: str, kind, help: str, *more_names: str):
-    """An encoder setting; unset means: as the level says."""
-    return click.option(name, *more_names, type=kind, default=None, help=help)
-
-
-def level_options(f):
-    """-1 ... -9 into `level` (None: the default, -6)."""
-    for n in range(9, 0, -1):
-        help = "Level -1 (fastest) ... -9 (smallest), default -6." if n == 1 else None
-        f = click.option(f"-{n}", "level", flag_value=n, help=help, hidden=n > 1)(f)
-    return f
-
-
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @with_common
@@ -421,7 +351,8 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     without adaptation, fastest); any setting given explicitly overrides the
     level's.
     """
-    from .api import Compressor, make_settings, resolve_model
+    from .api import Compressor, resolve_model
+    from .settings import make_settings
 
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
@@ -444,7 +375,7 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
         started = time.monotonic()
 
         def work(reader, writer, size):
-            progress = Progress(_name(path), size, opts.verbosity >= 1)
+            progress = ProgressLine(_name(path), size, opts.verbosity >= 1)
             try:
                 comp = Compressor(level=level, model=model, size_hint=size, progress=progress, **knobs)
                 while chunk := reader.read(CHUNK):
@@ -486,7 +417,7 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None) -> Non
         started = time.monotonic()
 
         def work(reader, writer, size):
-            progress = Progress(_name(path), None, opts.verbosity >= 1)
+            progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
                 for piece in iter_decompress(reader.read, progress, CHUNK, model):
                     writer.write(piece)
@@ -602,8 +533,7 @@ def train(files, output, name, resume, threads, device, quiet, **config):
     """
     from .train import TrainConfig, Trainer
 
-    if threads:
-        torch_threads(threads)
+    torch_threads(threads)
     name = name or os.path.basename(output).removesuffix(".dcm")
     command = "dyncompress train " + " ".join(sys.argv[2:])
     if os.path.exists(output) and not resume:
@@ -675,8 +605,7 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
     from .model import load, save
     from .train import calibrate as collect
 
-    if threads:
-        torch_threads(threads)
+    torch_threads(threads)
     try:
         model = load(model_path)
         share = budget // len(files)
@@ -684,7 +613,7 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
         for spec in files:
             with parse_source(spec).open() as f:
                 text += f.read(share)
-        progress = Progress("calibrate", len(text), True)
+        progress = ProgressLine("calibrate", len(text), True)
         started = time.monotonic()
         try:
             model.ms = collect(model, text, lanes, segment_len, clip, device, progress)
@@ -745,13 +674,8 @@ def models(verbose):
                 click.echo(f"    trained: {training.get('command', '')}")
 
 
-from . import cli_measure  # noqa: E402,F401  (registers corpus, eval, tune, bench on main)
-
-
-def torch_threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(n)
+for command in (cli_measure.corpus, cli_measure.eval_, cli_measure.tune, cli_measure.bench):
+    main.add_command(command)
 
 
 def run() -> None:

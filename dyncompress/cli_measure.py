@@ -1,4 +1,4 @@
-"""The measuring commands: `corpus`, `eval`, `tune`, `bench` (registered on `cli.main`).
+"""The measuring commands: `corpus`, `eval`, `tune`, `bench` (`cli` registers them on its group).
 
 Each takes its input as a source: FILE, FILE:START:END, or a fetched corpus's split (enwik8:test).
 """
@@ -12,10 +12,11 @@ import time
 
 import click
 
-from .adapt import RULES
-from .cli import Fatal, Progress, knob, level_options, main
+from .cli_base import Fatal, knob, level_options
 from .errors import DyncompressError
 from .model import DEFAULT_MODEL
+from .progress import ProgressLine
+from .settings import RULES
 
 
 def _fmt(v) -> str:
@@ -42,8 +43,8 @@ def _read(spec: str):
         raise Fatal(str(e)) from None
 
 
-def _progress(label: str, total: int, quiet: bool) -> Progress:
-    return Progress(label, total, not quiet)
+def _progress(label: str, total: int, quiet: bool) -> ProgressLine:
+    return ProgressLine(label, total, not quiet)
 
 
 def _threads(threads: int | None) -> dict:
@@ -53,7 +54,7 @@ def _threads(threads: int | None) -> dict:
 # --- corpus -------------------------------------------------------------------------
 
 
-@main.group()
+@click.group()
 def corpus():
     """Public corpora: list the manifests, fetch one into the cache, print a cached path."""
 
@@ -99,7 +100,7 @@ def corpus_fetch(name, local, timeout, quiet):
         if is_cached(m) and local is None:
             click.echo(f"{m.name}: already fetched: {cached_path(m)}", err=True)
             return
-        progress = Progress(f"{m.name}: downloading" if local is None else f"{m.name}: copying", None, not quiet)
+        progress = ProgressLine(f"{m.name}: downloading" if local is None else f"{m.name}: copying", None, not quiet)
         try:
             path = fetch(m, local, progress, timeout)
         finally:
@@ -147,7 +148,7 @@ def _knobs(**given) -> dict:
     return {k: v for k, v in given.items() if v is not None}
 
 
-@main.command("eval")
+@click.command("eval")
 @click.argument("source", metavar="SOURCE")
 @coding_options
 @click.option(
@@ -275,7 +276,7 @@ def _values(text: str | None, kind, name: str) -> list | None:
     return values
 
 
-@main.command()
+@click.command()
 @click.argument("source", metavar="SOURCE")
 @coding_options
 @click.option("--online", is_flag=True, help="Tune online mode (no pretrained model).")
@@ -311,10 +312,10 @@ def tune(
     with the written model. SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a
     fetched corpus's split such as enwik8:valid.
     """
-    from .api import make_settings
     from .measure import save_defaults
     from .measure import tune as search_grid
     from .model import save
+    from .settings import make_settings
 
     if online and (model or output):
         raise click.UsageError("--online tunes online mode; it has no model to read or write")
@@ -386,7 +387,7 @@ def tune(
 # --- bench --------------------------------------------------------------------------
 
 
-@main.command()
+@click.command()
 @click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
 @coding_options
 @click.option("--online", is_flag=True, help="dyncompress in online mode (no pretrained model).")

@@ -1,4 +1,4 @@
-"""From the model's log-probabilities to bits: integer frequencies and range coding.
+"""From the predictor's probabilities to bits: integer frequencies and range coding.
 
 `frequencies` is the one deterministic function that turns probabilities
 into integer frequencies; encoder and decoder both call it on bit-identical
@@ -12,6 +12,8 @@ in the order it is coded. One call codes one step of every active lane.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import constriction
 import numpy as np
 
@@ -24,7 +26,10 @@ def frequencies(probs: np.ndarray) -> np.ndarray:
     """(k, 256) probabilities -> (k, 256) integer frequencies, each >= 1, summing to FREQ_TOTAL.
 
     Returned as float64 (exact for these integers), the dtype constriction takes.
-    Pure IEEE arithmetic (multiply, floor, integer sums): the same on every CPU.
+    IEEE float64 arithmetic: a row sum of the probabilities (in numpy's summation
+    order), a division, a multiply and a floor per entry, then sums of integers (exact).
+    The same on every CPU for one numpy version and the same inputs; it is not integer
+    arithmetic throughout (format 2 will make it so).
     """
     alphabet = probs.shape[-1]
     # fmax/fmin map NaN to a bound; the tiny floor keeps an all-zero row codable
@@ -34,6 +39,13 @@ def frequencies(probs: np.ndarray) -> np.ndarray:
     # the rounding remainder goes to the most probable symbol, so the sum is exact
     q[np.arange(len(q)), q.argmax(axis=-1)] += FREQ_TOTAL - q.sum(axis=-1)
     return q
+
+
+class Coder(Protocol):
+    """What the codec's loop hands every step's tables and symbols to."""
+
+    def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
+        """freqs: (k, 256) integer frequencies (float64) of the k active lanes; symbols: (k,) int32."""
 
 
 class Encoder:

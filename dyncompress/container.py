@@ -16,7 +16,9 @@ everything decoding needs; the decoder trusts it, never its own defaults.
 
 Parsers take a buffer and an offset and return (value, next_offset), or None
 when the buffer does not yet hold the whole item (streaming); bad data raises
-FormatError.
+FormatError. `FrameReader` walks a stream with them (bytes pushed in any pieces,
+out come the header and the frames): the decoder, `info` and the measuring code
+all read files through it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import hashlib
 import json
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import DyncompressError
@@ -98,6 +101,12 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
 
 
 @dataclass(frozen=True)
+class Header:
+    meta: dict
+    size: int  # bytes of the header in the file
+
+
+@dataclass(frozen=True)
 class Block:
     orig_len: int
     digest: bytes
@@ -164,3 +173,79 @@ def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) 
         (_, total_len, blocks, digest), end = parsed
         return End(total_len, blocks, digest), end
     raise FormatError(f"corrupt data (unknown frame tag {tag})")
+
+
+# --- walking a stream ---------------------------------------------------------------
+
+
+def _block_limit(meta: dict) -> int:
+    """The largest block the header allows (its settings' block size)."""
+    settings = meta.get("settings")
+    limit = settings.get("block_size") if isinstance(settings, dict) else None
+    if not isinstance(limit, int) or not 0 < limit <= 1 << 30:
+        raise FormatError("corrupt or unsupported header (no valid block size)")
+    return limit
+
+
+class FrameReader:
+    """One .dc stream, pushed in as bytes arrive: `frames()` yields the Header, then every
+    complete Block, then the End; it stops (to be called again after more `push`) where the
+    buffered bytes end mid-item. Memory is bounded by one frame."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.meta: dict | None = None
+        self._limit = 0
+        self.offset = 0  # stream bytes consumed: the file's size so far
+        self.ended = False
+
+    def push(self, data: bytes) -> None:
+        self._buf += data
+
+    def frames(self) -> Iterator[Header | Block | End]:
+        pos = 0
+        try:
+            while not self.ended:
+                if self.meta is None:
+                    parsed = parse_header(self._buf, pos)
+                else:
+                    parsed = parse_frame(self._buf, pos, self._limit)
+                if parsed is None:
+                    return
+                item, end = parsed
+                self.offset += end - pos
+                pos = end
+                if self.meta is None:
+                    self.meta, self._limit = item, _block_limit(item)
+                    item = Header(self.meta, end)
+                elif isinstance(item, End):
+                    self.ended = True
+                yield item
+        finally:
+            del self._buf[:pos]
+
+    @property
+    def unused(self) -> bytes:
+        """What followed the end marker (another stream, or garbage)."""
+        return bytes(self._buf) if self.ended else b""
+
+    def finish(self) -> None:
+        """Raise if the input ended before the stream's end marker."""
+        if self.meta is None:
+            raise FormatError("truncated file (incomplete header)" if self._buf else "empty input, not a .dc stream")
+        if not self.ended:
+            raise FormatError("truncated file (the end marker is missing)")
+
+
+def read_frames(
+    read: Callable[[int], bytes], chunk: int = 1 << 16, reader: FrameReader | None = None
+) -> Iterator[Header | Block | End]:
+    """The Header, Blocks and End of the stream that `read(n)` returns, pulled as needed
+    (through `reader`, if given, whose `offset` then tells how far the stream has been read)."""
+    reader = reader or FrameReader()
+    while not reader.ended:
+        data = read(chunk)
+        if not data:
+            reader.finish()
+        reader.push(data)
+        yield from reader.frames()

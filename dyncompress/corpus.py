@@ -27,13 +27,12 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 
 from .errors import DyncompressError
+from .progress import Progress
 
-Progress = Callable[[int], None]
 CHUNK = 1 << 20
 
 

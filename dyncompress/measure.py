@@ -22,19 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import compress, iter_decompress, make_settings
-from .codec import Codec, Settings, to_lanes
+from .api import compress, iter_decompress
+from .codec import Codec, to_lanes
 from .coder import FREQ_BITS
-from .container import Block, parse_frame, parse_header
+from .container import Block, Header, read_frames
 from .errors import DyncompressError
 from .model import Model
+from .progress import Progress
+from .settings import Settings, make_settings
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
-Progress = Callable[[int], None]
 
 
 class Tally:
-    """A stand-in for the range coder: the bits it would spend, per step and lane."""
+    """A `coder.Coder` in place of the range coder: the bits it would spend, per step and lane."""
 
     def __init__(self, lanes: int) -> None:
         self.lanes = lanes
@@ -120,10 +121,12 @@ def row_settings(
 ) -> tuple[Settings, Model | None]:
     """Settings (and starting model) for one row of the table: a rule with `model`, or online."""
     if row == "online":
-        return make_settings(level=level, size_hint=data_len, model=None, **overrides), None
-    if model is None:
+        model = None
+    elif model is None:
         raise DyncompressError(f"the {row} row needs a pretrained model")
-    return make_settings(level=level, size_hint=data_len, model=model, rule=row, **overrides), model
+    else:
+        overrides["rule"] = row
+    return make_settings(level=level, size_hint=data_len, model=model, **overrides), model
 
 
 def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, float, float]:
@@ -142,13 +145,12 @@ def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, fl
 def confirm(data: bytes, m: Measurement, model: Model | None) -> dict:
     """Encode (and decode) for real with the row's settings; sizes of the payloads and of the file."""
     blob, seconds, _ = round_trip(data, model, settings=m.settings)
-    meta, pos = parse_header(bytearray(blob))
-    header, payload = pos, 0
-    while True:
-        frame, pos = parse_frame(blob, pos, m.settings.block_size)
-        if not isinstance(frame, Block):
-            break
-        payload += len(frame.payload)
+    header = payload = 0
+    for frame in read_frames(io.BytesIO(blob).read):
+        if isinstance(frame, Header):
+            header = frame.size
+        elif isinstance(frame, Block):
+            payload += len(frame.payload)
     return {
         "estimate": m.payload_bytes,
         "payload": payload,
@@ -185,10 +187,11 @@ def tune(
     unknown = set(grid) - set(TUNABLE)
     if unknown:
         raise ValueError(f"cannot tune {', '.join(sorted(unknown))} (tunable: {', '.join(TUNABLE)})")
-    row = "online" if model is None else rule
-    if model is None:
-        overrides["rule"] = rule
-    base, _ = row_settings(row, len(data), model, level, **overrides)
+
+    def settings_at(point: dict) -> Settings:
+        return make_settings(level=level, size_hint=len(data), model=model, rule=rule, **overrides, **point)
+
+    base = settings_at({})
     defaults = {"lr": base.adapt.lr, "decay": base.adapt.decay, "segment_len": base.segment_len}
     results: list[tuple[dict, Measurement]] = []
     seen: dict[tuple, Measurement] = {}
@@ -196,9 +199,8 @@ def tune(
     def run(point: dict) -> Measurement:
         key = tuple(sorted(point.items()))
         if key not in seen:
-            settings, start = row_settings(row, len(data), model, level, **overrides, **point)
             label = ", ".join(f"{k}={v:g}" for k, v in point.items())
-            m = measure(data, settings, start, label, progress(label) if progress else None)
+            m = measure(data, settings_at(point), model, label, progress(label) if progress else None)
             seen[key] = m
             results.append((dict(point), m))
             if report:

@@ -87,9 +87,11 @@ def unflatten(shape: MLSTMShape, flat: torch.Tensor) -> dict[str, torch.Tensor]:
 class MLSTM:
     """The network for `batch` lanes, recording up to `max_steps` steps for one backward.
 
-    Usage per segment: `step(t)` for t = 0, 1, ... (each after `feed` of the byte that
-    came), then `backward(T, ...)` to fill `grad`, then `carry(T)` to start the next
-    segment from the last state. `theta` may be updated in place between segments.
+    Usage per segment: `step(inputs, t)` for t = 0, 1, ..., T - 1 (inputs: the byte each
+    lane saw last), then `backward(T, ...)` to fill `grad` (or `nll(T, ...)` without it),
+    then `carry(T)` to start the next segment from the last state. `theta` may be updated
+    in place between segments. This is the float network: training and calibration use it
+    directly; the codec reaches it only through a predictor (`predictor.py`).
     """
 
     def __init__(self, shape: MLSTMShape, theta: torch.Tensor, batch: int, max_steps: int) -> None:
@@ -109,17 +111,13 @@ class MLSTM:
         self.TC = torch.zeros(n, B, H, **buf)  # tanh(c)
         self.HS = torch.zeros(n + 1, B, H, **buf)
         self.P = torch.zeros(n, B, ALPHABET, **buf)  # next-byte probabilities
-        self.prev = torch.zeros(B, dtype=torch.long, device=theta.device)
-
-    def feed(self, prev: torch.Tensor) -> None:
-        """The byte each lane saw last, input of the next step: (B,) integers."""
-        self.prev = prev
 
     @torch.no_grad()
-    def step(self, t: int) -> torch.Tensor:
-        """Step t of the segment for every lane; returns next-byte probabilities (B, 256)."""
+    def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
+        """Step t of the segment for every lane, given the byte each lane saw last ((B,)
+        integers); returns next-byte probabilities (B, 256)."""
         w, H = self.w, self.shape.hidden
-        prev = self.IN[t].copy_(self.prev)
+        prev = self.IN[t].copy_(inputs)
         ex = torch.index_select(w["w_in"], 0, prev, out=self.EX[t])
         hm = torch.mm(self.HS[t], w["w_mh"], out=self.HM[t])
         m = torch.mul(ex[:, :H], hm, out=self.M[t])
@@ -132,10 +130,14 @@ class MLSTM:
         return torch.softmax(torch.addmm(w["b_out"], h, w["w_out"]), dim=-1, out=self.P[t])
 
     @torch.no_grad()
+    def target_log_probs(self, T: int, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target) of the first T steps: (T, B) for targets (T, B) int64."""
+        return torch.log(self.P[:T].gather(2, targets.unsqueeze(2)).squeeze(2))
+
+    @torch.no_grad()
     def nll(self, T: int, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The negative log-likelihood `backward` returns, without the backward pass."""
-        p_target = self.P[:T].gather(2, targets.unsqueeze(2)).squeeze(2)
-        return -(torch.log(p_target) * (weight > 0)).sum()
+        return -(self.target_log_probs(T, targets) * (weight > 0)).sum()
 
     @torch.no_grad()
     def backward(self, T: int, targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -190,3 +192,19 @@ class MLSTM:
         """Start the next segment from the state after step T."""
         self.HS[0].copy_(self.HS[T])
         self.CS[0].copy_(self.CS[T])
+
+    @property
+    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recurrent state (h, c) the next segment starts from: (B, H) each, views."""
+        return self.HS[0], self.CS[0]
+
+    @torch.no_grad()
+    def set_state(self, h: torch.Tensor, c: torch.Tensor) -> None:
+        self.HS[0].copy_(h)
+        self.CS[0].copy_(c)
+
+    @torch.no_grad()
+    def reset_state(self) -> None:
+        """Zero state: the start of a stream."""
+        self.HS[0].zero_()
+        self.CS[0].zero_()

@@ -10,8 +10,9 @@ tails with the weights frozen. At every validation the training state is
 written beside the model (`MODEL.state`, to `--resume` from) and the model file
 itself only when validation improved: the output is the best model seen.
 
-It reuses the codec's network (`mlstm.MLSTM`) with the batch as its lanes, so a
-trained model is exactly what the codec runs.
+It uses the network (`mlstm.MLSTM`, the float path) directly, with the batch as its
+lanes, and the codec's clipping (`adapt.clip_grad_`); a trained model holds exactly
+the weights the codec's predictor then starts from.
 
 Calibration (Krause et al. 2018): run the frozen model over text in the codec's
 segments (lanes x n bytes), take the gradient of each segment's mean loss as the
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .adapt import clip_grad_
 from .mlstm import MLSTM, MLSTMShape, init_params, unflatten
 from .model import Model, ModelError, load, save
 
@@ -97,8 +99,7 @@ def streams(data: np.ndarray, batch: int) -> np.ndarray:
 def run_steps(net: MLSTM, S: torch.Tensor, start: int, T: int) -> None:
     """Feed bytes S[:, start : start + T] (one stream per lane) through T steps of the network."""
     for t in range(T):
-        net.feed(S[:, start + t])
-        net.step(t)
+        net.step(S[:, start + t], t)
 
 
 @torch.no_grad()
@@ -112,7 +113,7 @@ def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: in
         T = min(chunk, S.shape[1] - 1 - start)
         run_steps(net, S, start, T)
         targets = S[:, start + 1 : start + T + 1].T
-        nats -= float(torch.log(net.P[:T].gather(2, targets.unsqueeze(2))).sum())
+        nats -= float(net.target_log_probs(T, targets).sum())
         count += targets.numel()
         net.carry(T)
     return nats / count / LN2
@@ -150,15 +151,12 @@ class Trainer:
         c, net, S = self.c, self.net, self.S
         if self.pos + c.bptt + 1 > S.shape[1]:  # wrap around: next epoch, fresh state
             self.pos = 0
-            net.HS[0].zero_()
-            net.CS[0].zero_()
+            net.reset_state()
         run_steps(net, S, self.pos, c.bptt)
         targets = S[:, self.pos + 1 : self.pos + c.bptt + 1].T.contiguous()
         weight = torch.full(targets.shape, 1.0 / targets.numel(), device=self.device)
         nats = float(net.backward(c.bptt, targets, weight))
-        grad = net.grad
-        if c.clip > 0:
-            torch.nn.utils.clip_grad_norm_([grad], c.clip)  # norm of the gradient tensor itself
+        grad = clip_grad_(net.grad, c.clip)
         for group in self.opt.param_groups:
             group["lr"] = self.lr_at(self.step)
         self.theta.grad = grad
@@ -214,8 +212,8 @@ class Trainer:
             "history": self.history,
             "config": asdict(self.c),
             "optimizer": self.opt.state_dict(),
-            "h": self.net.HS[0].cpu(),
-            "c": self.net.CS[0].cpu(),
+            "h": self.net.state[0].cpu(),
+            "c": self.net.state[1].cpu(),
         }
         tmp = path + ".state.tmp"
         torch.save(state, tmp)
@@ -232,8 +230,7 @@ class Trainer:
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.pos, self.seconds = state["step"], state["pos"], state["seconds"]
         self.history = state["history"]
-        self.net.HS[0].copy_(state["h"])
-        self.net.CS[0].copy_(state["c"])
+        self.net.set_state(state["h"], state["c"])
 
     def run(
         self,
@@ -303,9 +300,7 @@ def calibrate(
     for start in range(0, S.shape[1] - segment_len, segment_len):
         run_steps(net, S, start, segment_len)
         net.backward(segment_len, S[:, start + 1 : start + segment_len + 1].T.contiguous(), weight)
-        g = net.grad
-        if clip > 0:
-            g.mul_((clip / (g.norm() + 1e-12)).clamp_(max=1.0))
+        g = clip_grad_(net.grad, clip)
         ms.addcmul_(g, g)
         segments += 1
         net.carry(segment_len)

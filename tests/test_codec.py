@@ -1,23 +1,15 @@
-"""The one loop: lanes, blocks, adaptation, fingerprint."""
+"""The one loop: lanes, blocks, adaptation, the predictor seam, fingerprint."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import NET, corpus
-from dyncompress.adapt import RULES, AdaptSettings
-from dyncompress.codec import (
-    DEFAULT_LEVEL,
-    LEVELS,
-    Codec,
-    Settings,
-    decode_block,
-    encode_block,
-    fingerprint,
-    from_lanes,
-    lane_lengths,
-    level_settings,
-    to_lanes,
-)
+from dyncompress.codec import Codec, decode_block, encode_block, fingerprint, from_lanes, lane_lengths, to_lanes
+from dyncompress.settings import RULES, AdaptSettings, Settings
 
 
 @pytest.mark.parametrize("length,lanes", [(1, 1), (1, 4), (10, 4), (12, 4), (13, 4), (100, 7), (3, 8)])
@@ -53,28 +45,70 @@ def test_adaptation_learns_from_the_stream():
     assert len(encode_block(frozen, text)) >= first
 
 
-def test_fingerprint_is_stable_and_tracks_settings():
+def test_static_codes_with_the_weights_untouched():
+    codec = Codec(Settings(**NET, adapt=AdaptSettings(rule="static", lr=1.0)))
+    before = codec.predictor.state_dict()["theta"]
+    encode_block(codec, corpus("xargs.1")[:1500])
+    after = codec.predictor.state_dict()
+    assert torch.equal(after["theta"], before)
+    assert after["h"].abs().sum() > 0  # the network did run: its state moved
+    adapting = Codec(Settings(**NET))
+    encode_block(adapting, corpus("xargs.1")[:1500])
+    assert not torch.equal(adapting.predictor.state_dict()["theta"], before)
+
+
+def test_predictor_state_restores_and_resets():
+    """Coding on from a saved state gives the same bytes as going on; reset is a fresh start."""
+    text = corpus("alice29.txt")[:3000]
+    codec = Codec(Settings(**NET))  # online rms: Adam statistics are part of the state
+    encode_block(codec, text[:1000])
+    saved, prev = codec.predictor.state_dict(), codec.prev.copy()
+    assert any(k.startswith("adapt.") for k in saved)
+    went_on = encode_block(codec, text[1000:])
+    codec.predictor.load_state_dict(saved)
+    codec.prev = prev
+    assert encode_block(codec, text[1000:]) == went_on
+    codec.predictor.reset()
+    codec.prev[:] = 0
+    assert encode_block(codec, text[:1000]) == encode_block(Codec(Settings(**NET)), text[:1000])
+
+
+def test_thread_count_is_the_recorded_one_while_coding(monkeypatch):
+    """The kernels' floats depend on the thread count: coding runs with the settings' count, whatever
+    the process uses, and gives the process its own count back."""
+    seen = []
+    codec = Codec(Settings(**{**NET, "threads": 3}))
+    step = codec.predictor.step
+    monkeypatch.setattr(codec.predictor, "step", lambda inputs: seen.append(torch.get_num_threads()) or step(inputs))
+    torch.set_num_threads(1)
+    encode_block(codec, b"threads " * 20)
+    assert seen and set(seen) == {3}
+    assert torch.get_num_threads() == 1
+
+
+def _fingerprint_in_fresh_process(settings: Settings, threads: int) -> str:
+    code = (
+        "import sys, json, torch; torch.set_num_threads(int(sys.argv[2]));"
+        "from dyncompress.codec import fingerprint; from dyncompress.settings import Settings;"
+        "print(fingerprint(Settings.from_dict(json.loads(sys.argv[1]))))"
+    )
+    import json
+
+    args = [sys.executable, "-c", code, json.dumps(settings.to_dict()), str(threads)]
+    return subprocess.run(args, capture_output=True, check=True, text=True).stdout.strip()
+
+
+def test_fingerprint_is_reproduced_by_a_fresh_process_and_tracks_settings():
     s = Settings(**NET)
-    assert fingerprint(s) == fingerprint(s)
-    assert len(fingerprint(s)) == 16
-    assert fingerprint(s) != fingerprint(Settings(**{**NET, "hidden": 33}))
-    assert fingerprint(s) != fingerprint(Settings(**NET, adapt=AdaptSettings(lr=1e-3)))
-
-
-def test_settings_validate_and_round_trip():
-    s = Settings(**NET, adapt=AdaptSettings(rule="rms-decay", decay=0.01))
-    assert Settings.from_dict(s.to_dict()) == s
-    with pytest.raises(ValueError):
-        Settings(lanes=0)
-    with pytest.raises(ValueError):
-        Settings(device="tpu")
-    with pytest.raises(ValueError):
-        Settings.from_dict({**s.to_dict(), "extra": 1})
-
-
-def test_levels_are_valid_and_the_default_is_level_6():
-    assert level_settings(DEFAULT_LEVEL, "cpu") == Settings()
-    sizes = [level_settings(level, "cpu").hidden for level in LEVELS]
-    assert sorted(LEVELS) == list(range(1, 10)) and sizes == sorted(sizes)
-    with pytest.raises(ValueError):
-        level_settings(0, "cpu")
+    here = fingerprint(s)
+    assert len(here) == 16 and int(here, 16) >= 0
+    assert _fingerprint_in_fresh_process(s, threads=2) == here  # another process, another default thread count
+    others = [
+        Settings(**{**NET, "hidden": 33}),
+        Settings(**{**NET, "lanes": 7}),
+        Settings(**{**NET, "seed": 1}),
+        Settings(**NET, adapt=AdaptSettings(lr=1e-3)),
+        Settings(**NET, adapt=AdaptSettings(rule="static")),
+    ]
+    prints = {fingerprint(o) for o in others}
+    assert here not in prints and len(prints) == len(others)

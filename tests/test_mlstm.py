@@ -32,13 +32,10 @@ def test_backward_matches_autograd():
     weight[-2:, 3:] = 0  # padded lanes at the end of a block
 
     net = MLSTM(shape, theta, batch=B, max_steps=T)
-    net.HS[0].normal_()  # a state carried from an earlier segment
-    net.CS[0].normal_()
-    h0, c0 = net.HS[0].clone(), net.CS[0].clone()
-    net.feed(text[0])
+    h0, c0 = torch.randn(B, 24, dtype=torch.float64), torch.randn(B, 24, dtype=torch.float64)
+    net.set_state(h0, c0)  # a state carried from an earlier segment
     for t in range(T):
-        net.step(t)
-        net.feed(text[t + 1])
+        net.step(text[t], t)
     nll = net.backward(T, text[1:], weight)
 
     ref_theta = theta.clone().requires_grad_()
@@ -52,12 +49,15 @@ def test_backward_matches_autograd():
 def test_step_probabilities_and_carry():
     shape = MLSTMShape(hidden=16)
     net = MLSTM(shape, init_params(shape, 0), batch=3, max_steps=4)
-    net.feed(torch.tensor([1, 2, 3]))
-    p = net.step(0)
+    p = net.step(torch.tensor([1, 2, 3]), 0).clone()
     assert p.shape == (3, 256)
     assert torch.allclose(p.sum(1), torch.ones(3))
     net.carry(1)
-    assert torch.equal(net.HS[0], net.HS[1])
+    h, c = (x.clone() for x in net.state)
+    assert h.abs().sum() > 0 and c.abs().sum() > 0  # the step's state, now the next segment's start
+    assert not torch.equal(net.step(torch.tensor([1, 2, 3]), 0), p)  # same input, carried state: new output
+    net.reset_state()
+    assert torch.equal(net.step(torch.tensor([1, 2, 3]), 0), p)  # zero state again: the first output
 
 
 def test_init_is_seeded():

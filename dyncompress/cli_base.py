@@ -1,0 +1,44 @@
+"""What the command line's modules share: errors, exit codes, option helpers.
+
+`cli` (the codec's commands) and `cli_measure` (corpus, eval, tune, bench) both import
+from here; `cli` registers the measuring commands on its group, so neither imports the other's
+commands at import time and there is no circle.
+"""
+
+from __future__ import annotations
+
+import click
+
+EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+
+
+class Failure(Exception):
+    """A one-line problem with one file; the run goes on to the next file."""
+
+
+class Fatal(click.ClickException):
+    """A one-line error that ends the command (exit 1), printed like every other error."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"dyncompress: {self.format_message()}", err=True)
+
+
+def knob(name: str, kind, help: str, *more_names: str):
+    """An encoder setting; unset means: as the level says."""
+    return click.option(name, *more_names, type=kind, default=None, help=help)
+
+
+def level_options(f):
+    """-1 ... -9 into `level` (None: the default, -6)."""
+    for n in range(9, 0, -1):
+        help = "Level -1 (fastest) ... -9 (smallest), default -6." if n == 1 else None
+        f = click.option(f"-{n}", "level", flag_value=n, help=help, hidden=n > 1)(f)
+    return f
+
+
+def torch_threads(n: int | None) -> None:
+    """Set torch's CPU threads (commands that compute outside the codec, which sets its own)."""
+    if n:
+        import torch
+
+        torch.set_num_threads(n)

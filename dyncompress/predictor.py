@@ -1,0 +1,140 @@
+"""The predictor: the one thing the codec's loop talks to.
+
+A predictor turns the byte each lane saw last into a next-byte table for every
+lane (`step`), learns from the segment just coded (`adapt`), and has a state
+that can be saved, restored and reset. Encoder and decoder call it with
+bit-identical arguments in the same order; that is all the codec asks of it.
+
+`MLSTMPredictor` is the first one: the mLSTM network (`mlstm`) with a
+dynamic-evaluation rule (`adapt`), starting from a pretrained model or from a
+seeded random initialisation (online mode). Later predictors (experts and a
+mixer) plug in behind the same interface.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from .adapt import Adapter
+from .mlstm import MLSTM, init_params
+from .model import Model
+from .settings import Settings
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class Predictor(Protocol):
+    lanes: int
+    segment_len: int  # most steps between two `adapt` calls
+
+    def step(self, inputs: np.ndarray) -> np.ndarray:
+        """(lanes,) previous bytes -> (lanes, 256) next-byte probabilities."""
+
+    def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
+        """Learn from the steps since the last call: targets (T, lanes) are the bytes that came,
+        active (T,) how many lanes (from the first) were in play at each step. Returns the
+        segment's negative log-likelihood in nats."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything that changes while coding, as tensors (copies)."""
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+    def reset(self) -> None:
+        """Back to the start: the initial weights, a zero state, no statistics."""
+
+    def record(self) -> dict:
+        """What the header must hold for a decoder to build the same predictor (beside Settings)."""
+
+
+def prepare_device(kind: str) -> torch.device:
+    """The device, with deterministic kernels where the device has a choice."""
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("this needs a CUDA GPU, and torch sees none here")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(kind)
+
+
+class MLSTMPredictor:
+    """The mLSTM with its update rule. `model`: pretrained weights (and MS_g) to start from;
+    None is online mode, a seeded random start."""
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self.lanes, self.segment_len = settings.lanes, settings.segment_len
+        self.device = prepare_device(settings.device)
+        # denormals make the update rules ~10x slower; flushing them is part of the
+        # arithmetic both sides share (process-wide, set before every codec)
+        torch.set_flush_denormal(True)
+        if model is None:
+            theta = init_params(settings.shape, settings.seed)
+        elif model.shape != settings.shape:
+            raise ValueError(f"model {model.name} has hidden size {model.shape.hidden}, settings say {settings.hidden}")
+        else:
+            theta = model.theta.clone()
+        self.model = model
+        self.theta = theta.to(self.device, DTYPES[settings.dtype])
+        self.theta_start = self.theta.clone()
+        self.net = MLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
+        rule = settings.adapt
+        self.adapter = None if rule.rule == "static" else Adapter(rule, self.theta, model.ms if model else None)
+        self.t = 0  # steps recorded since the last adapt
+
+    def step(self, inputs: np.ndarray) -> np.ndarray:
+        probs = self.net.step(torch.from_numpy(inputs).to(self.device), self.t)  # (B, 256)
+        self.t += 1
+        return probs.cpu().numpy()
+
+    def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
+        """One gradient step on the mean loss of the segment just coded (none for `static`)."""
+        T = len(targets)
+        assert T == self.t, "adapt() must follow the steps of the segment it learns from"
+        net = self.net
+        tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
+        in_play = np.arange(self.lanes)[None, :] < active[:, None]  # (T, B)
+        weight = torch.from_numpy(in_play / int(active.sum())).to(self.device, self.theta.dtype)
+        if self.adapter is None:
+            nats = float(net.nll(T, tokens, weight))
+        else:
+            nats = float(net.backward(T, tokens, weight))
+            self.adapter.update(net.grad)
+        net.carry(T)
+        self.t = 0
+        return nats
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        assert self.t == 0, "state is taken between segments"
+        h, c = self.net.state
+        state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone()}
+        if self.adapter is not None:
+            state.update({f"adapt.{k}": v for k, v in self.adapter.state_dict().items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.theta.copy_(state["theta"])
+        self.net.set_state(state["h"], state["c"])
+        if self.adapter is not None:
+            self.adapter.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("adapt.")})
+        self.t = 0
+
+    def reset(self) -> None:
+        self.theta.copy_(self.theta_start)
+        self.net.reset_state()
+        if self.adapter is not None:
+            self.adapter.reset()
+        self.t = 0
+
+    def record(self) -> dict:
+        # None: online mode (seeded random start); else which weights it starts from
+        return {"model": None if self.model is None else {"name": self.model.name, "sha256": self.model.sha256}}
+
+
+def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:
+    return MLSTMPredictor(settings, model)

@@ -1,0 +1,241 @@
+"""Every setting of a coded stream, and the one place they are resolved.
+
+`Settings` is what the decoder needs to repeat the encoder; all of it goes into
+the file's header and comes back through `Settings.from_dict`. Parts of the
+predictor with settings of their own (today the update rule, `AdaptSettings`)
+are nested dataclasses; `from_dict`, `to_dict` and the flat keyword overrides
+(`lr=...` reaches `adapt.lr`) handle any nested config the same way, so a new
+part adds a field, not a special case.
+
+`make_settings` resolves a level, a model's recorded defaults, the input's size
+and explicit overrides into one `Settings`. The API, the measuring commands,
+`tune` and the command line all call it; nothing else decides a setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .mlstm import MLSTMShape
+    from .model import Model
+
+RULES = ("static", "sgd", "rms", "rms-decay")
+DTYPES = ("float32", "float64")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class AdaptSettings:
+    """The dynamic-evaluation update rule (`adapt.Adapter`)."""
+
+    rule: str = "rms"
+    lr: float = 1.5e-3
+    beta1: float = 0.0  # momentum hurt online learning in every measurement (BENCHMARKS.md)
+    beta2: float = 0.99
+    eps: float = 1e-8
+    decay: float = 1e-4  # lambda of rms-decay; the other rules ignore it
+    clip: float = 1.0  # max gradient norm per segment; 0 disables
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"unknown rule {self.rule!r} ({', '.join(RULES)})")
+        if self.lr < 0 or self.decay < 0:
+            raise ValueError("learning rate and decay must be >= 0")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the decoder needs to repeat the encoder; all of it goes in the header.
+
+    The network's only shape parameter, `hidden`, is a plain field (not a nested config)
+    because format 1 records it flat: the header's layout is part of the format.
+    """
+
+    hidden: int = 256
+    seed: int = 0
+    lanes: int = 16
+    segment_len: int = 16
+    block_size: int = 1 << 20
+    threads: int = 1  # CPU threads while coding: matmul results depend on it, so it is recorded
+    device: str = "cpu"
+    dtype: str = "float32"
+    adapt: AdaptSettings = field(default_factory=AdaptSettings)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.hidden >= 1, "hidden size must be at least 1"),
+            (self.lanes >= 1, "lanes must be at least 1"),
+            (self.segment_len >= 1, "segment length must be at least 1"),
+            (self.block_size >= 1, "block size must be at least 1 byte"),
+            (self.block_size <= 1 << 30, "block size must be at most 1 GiB"),
+            (1 <= self.threads <= 256, "threads must be 1 ... 256"),
+            (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
+            (self.dtype in DTYPES, f"unknown dtype {self.dtype!r} ({', '.join(DTYPES)})"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def shape(self) -> MLSTMShape:
+        from .mlstm import MLSTMShape
+
+        return MLSTMShape(self.hidden)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Settings:
+        """Strict: unknown or missing keys are an error, never silently defaulted."""
+        return _from_dict(cls, d)
+
+
+# --- nested configs, generically ----------------------------------------------------
+
+
+@functools.cache
+def _nested(cls: type) -> dict[str, type]:
+    """The fields of `cls` that are configs of their own: {name: dataclass}."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if is_dataclass(hints[f.name])}
+
+
+def _from_dict(cls: type, d: dict):
+    if not isinstance(d, dict) or set(d) != {f.name for f in fields(cls)}:
+        raise ValueError("settings in the header do not match this version's fields")
+    nested = _nested(cls)
+    return cls(**{k: _from_dict(nested[k], v) if k in nested else v for k, v in d.items()})
+
+
+def _apply(base, overrides: dict):
+    """`base` with flat `overrides`: a key that names a field of a nested config goes there."""
+    nested = _nested(type(base))
+    changes = {}
+    for name, sub in nested.items():
+        own = {f.name for f in fields(sub)}
+        mine = {k: overrides.pop(k) for k in list(overrides) if k in own}
+        if mine:
+            changes[name] = replace(getattr(base, name), **mine)
+    unknown = set(overrides) - {f.name for f in fields(base)}
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    return replace(base, **overrides, **changes)
+
+
+# --- levels ---------------------------------------------------------------------------
+
+# Online mode (no model): levels trade ratio for speed like xz/zstd -1 ... -9. On ~1 MB of text
+# the best gradient step averages about 256 bytes (lanes x segment_len); a wider network
+# compresses better and runs slower. Chosen from the measurements in BENCHMARKS.md.
+LEVELS: dict[int, dict] = {
+    1: dict(hidden=128, lanes=32, segment_len=8, lr=2e-3),
+    2: dict(hidden=128, lanes=16, segment_len=16, lr=2e-3),
+    3: dict(hidden=192, lanes=32, segment_len=8, lr=1.5e-3),
+    4: dict(hidden=192, lanes=16, segment_len=16, lr=1.5e-3),
+    5: dict(hidden=256, lanes=32, segment_len=8, lr=1.5e-3),
+    6: dict(hidden=256, lanes=16, segment_len=16, lr=1.5e-3),
+    7: dict(hidden=384, lanes=16, segment_len=16, lr=1e-3),
+    8: dict(hidden=512, lanes=16, segment_len=16, lr=1e-3),
+    9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3),
+}
+DEFAULT_LEVEL = 6
+
+# Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
+# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, less batching) as the level
+# rises. Ordered by speed and ratio as measured on 150 kB of enwik8 (BENCHMARKS.md).
+MODEL_LEVELS: dict[int, dict] = {
+    1: dict(rule="static", lanes=32, segment_len=16),
+    2: dict(rule="static", lanes=16, segment_len=16),
+    3: dict(lanes=32, segment_len=16),
+    4: dict(lanes=24, segment_len=16),
+    5: dict(lanes=32, segment_len=8),
+    6: dict(),  # the model's own defaults (enwiki-h256: 16 lanes x 16)
+    7: dict(lanes=8, segment_len=16),
+    8: dict(lanes=4, segment_len=16),
+    9: dict(lanes=2, segment_len=16),
+}
+MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
+# A rule's settings when the model records none for it (`tune -o` records them under
+# defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
+# enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
+RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
+
+MIN_LANE_BYTES = 32 * 1024
+
+
+def lanes_for_size(lanes: int, size: int) -> int:
+    """Fewer lanes for a small input: on alice29 (152 kB) 4 lanes beat 16 by 0.17 bits per byte."""
+    return max(1, min(lanes, size // MIN_LANE_BYTES))
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_level(level: int) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"level must be 1 ... 9, not {level}")
+
+
+def level_settings(level: int, device: str) -> Settings:
+    """Online mode's settings at `level`."""
+    _check_level(level)
+    return _apply(Settings(device=device), dict(LEVELS[level]))
+
+
+def model_settings(model: Model, level: int, device: str, rule: str | None = None) -> Settings:
+    """Settings for coding with `model` at `level` (and `rule`, if given): the model's recorded
+    defaults, those it records for the rule, then the level's changes."""
+    _check_level(level)
+    defaults = dict(model.info.get("defaults", {}))
+    per_rule = defaults.pop("rules", {})
+    rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
+    knobs = {
+        **MODEL_DEFAULTS,
+        **defaults,
+        **RULE_DEFAULTS.get(rule, {}),
+        **per_rule.get(rule, {}),
+        **MODEL_LEVELS[level],
+        "rule": rule,
+    }
+    return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
+
+
+def make_settings(
+    settings: Settings | None = None,
+    *,
+    level: int | None = None,
+    size_hint: int | None = None,
+    model: Model | None = None,
+    **overrides,
+) -> Settings:
+    """Settings from a level (1 ... 9, default 6) and keyword overrides (`lanes=8`, `rule="sgd"`, ...).
+
+    With a `model`, the level works from the model's recorded defaults and the hidden size is the
+    model's; without, it sets the online network (`LEVELS`). The device defaults to CUDA when
+    available, else the CPU. With `size_hint` (the input's length, when known) and no explicit
+    `lanes`, a small input gets fewer lanes (`lanes_for_size`): each lane then sees more gradient
+    steps. A complete `settings` is taken as it is (overrides still apply).
+    """
+    if settings is not None and level is not None:
+        raise TypeError("give either settings or a level, not both")
+    device = overrides.pop("device", None) or (settings.device if settings else default_device())
+    if settings is not None:
+        base = settings
+    elif model is not None:
+        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"))
+    else:
+        base = level_settings(level or DEFAULT_LEVEL, device)
+    if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
+        raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
+    if settings is None and size_hint is not None and "lanes" not in overrides:
+        overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
+    return _apply(base, {**overrides, "device": device})

@@ -1,0 +1,75 @@
+"""The one settings resolver: levels, model defaults, size hints, overrides, the header record."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from dyncompress.settings import (
+    DEFAULT_LEVEL,
+    LEVELS,
+    AdaptSettings,
+    Settings,
+    _apply,
+    _from_dict,
+    level_settings,
+    make_settings,
+)
+
+
+def test_settings_validate_and_round_trip():
+    s = Settings(hidden=32, lanes=8, adapt=AdaptSettings(rule="rms-decay", decay=0.01))
+    assert Settings.from_dict(s.to_dict()) == s
+    for bad in (dict(lanes=0), dict(device="tpu"), dict(block_size=(1 << 30) + 1), dict(threads=0)):
+        with pytest.raises(ValueError):
+            Settings(**bad)
+    with pytest.raises(ValueError, match="unknown rule"):
+        Settings(adapt=AdaptSettings(rule="adamw"))
+    for broken in ({**s.to_dict(), "extra": 1}, {k: v for k, v in s.to_dict().items() if k != "seed"}):
+        with pytest.raises(ValueError, match="do not match"):
+            Settings.from_dict(broken)
+    inner = s.to_dict()
+    inner["adapt"] = {**inner["adapt"], "momentum": 0.9}
+    with pytest.raises(ValueError, match="do not match"):
+        Settings.from_dict(inner)
+
+
+@dataclass(frozen=True)
+class _Mixer:
+    gates: int = 4
+
+
+@dataclass(frozen=True)
+class _Outer:
+    lanes: int = 1
+    adapt: AdaptSettings = field(default_factory=AdaptSettings)
+    mixer: _Mixer = field(default_factory=_Mixer)
+
+
+def test_nested_configs_need_no_special_case():
+    """A new part with settings of its own is a field: parsed, and reached by flat overrides."""
+    o = _apply(_Outer(), {"lanes": 3, "gates": 9, "lr": 0.5})
+    assert o == _Outer(lanes=3, adapt=AdaptSettings(lr=0.5), mixer=_Mixer(gates=9))
+    assert _from_dict(_Outer, {"lanes": 3, "adapt": AdaptSettings().__dict__, "mixer": {"gates": 9}}).mixer.gates == 9
+    with pytest.raises(TypeError, match="unknown setting"):
+        _apply(_Outer(), {"gatez": 1})
+
+
+def test_levels_are_valid_and_the_default_is_level_6():
+    assert level_settings(DEFAULT_LEVEL, "cpu") == Settings()
+    sizes = [level_settings(level, "cpu").hidden for level in LEVELS]
+    assert sorted(LEVELS) == list(range(1, 10)) and sizes == sorted(sizes)
+    with pytest.raises(ValueError):
+        level_settings(0, "cpu")
+
+
+def test_overrides_size_hint_and_explicit_settings():
+    s = make_settings(level=2, device="cpu", lr=0.25, segment_len=5)
+    assert (s.hidden, s.segment_len, s.adapt.lr) == (LEVELS[2]["hidden"], 5, 0.25)
+    assert make_settings(level=6, size_hint=70_000, device="cpu").lanes == 2  # 32 kB per lane at least
+    assert make_settings(level=6, size_hint=70_000, lanes=9, device="cpu").lanes == 9  # explicit wins
+    given = Settings(hidden=40, lanes=3)
+    assert make_settings(given, size_hint=10, rule="sgd") == Settings(hidden=40, lanes=3, adapt=AdaptSettings("sgd"))
+    with pytest.raises(TypeError):
+        make_settings(given, level=3)
+    with pytest.raises(TypeError, match="unknown setting"):
+        make_settings(level=1, device="cpu", colour="blue")
