@@ -11,9 +11,18 @@ import pytest
 import dyncompress
 from conftest import SMALL, corpus
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
-from dyncompress.codec import LEVELS
-from dyncompress.container import MAGIC, VERSION, Block, pack_block, pack_header, parse_frame, parse_header
+from dyncompress.container import (
+    MAGIC,
+    VERSION,
+    Block,
+    pack_block,
+    pack_header,
+    parse_frame,
+    parse_header,
+    read_frames,
+)
 from dyncompress.mlstm import unflatten
+from dyncompress.settings import LEVELS
 
 RNG = np.random.default_rng(0)
 CASES = {
@@ -118,8 +127,7 @@ def test_cuda_file_on_a_cpu_machine_is_refused(monkeypatch):
 
 def test_unsupported_version_and_wrong_magic():
     packed = compress(b"v", **SMALL)
-    body = packed[len(MAGIC) + 6 : packed.index(b"}" * 1) + 1]
-    meta = json.loads(packed[len(MAGIC) + 6 :].split(b"}}")[0] + b"}}")
+    meta, _ = parse_header(packed)
     body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
     head = struct.pack("<8sHI", MAGIC, VERSION + 1, len(body)) + body
     with pytest.raises(DyncompressError, match="unsupported format version"):
@@ -133,9 +141,9 @@ def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
     data = corpus("xargs.1")[:1500]
     packed = compress(data, **SMALL)
     import dyncompress.api as api
-    import dyncompress.codec as codec
+    import dyncompress.predictor as predictor
 
-    real_init = codec.init_params
+    real_init = predictor.init_params
 
     def nudged(shape, seed):
         theta = real_init(shape, seed)
@@ -143,7 +151,7 @@ def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
         return theta
 
     expected = parse_header(packed)[0]["fingerprint"]
-    monkeypatch.setattr(codec, "init_params", nudged)
+    monkeypatch.setattr(predictor, "init_params", nudged)
     monkeypatch.setattr(api, "fingerprint", lambda settings, model=None: expected)  # slip past the up-front check
     dec = Decompressor()
     with pytest.raises(DyncompressError, match="diverged"):
@@ -198,11 +206,7 @@ def test_incompressible_block_is_stored_and_both_sides_stay_in_step():
     noise = bytes(np.random.default_rng(5).integers(0, 256, 2000, dtype=np.uint8))
     text = corpus("enwik4")[:2000]
     packed = compress(noise + text + text, **{**SMALL, "block_size": 2000})
-    frame, pos = parse_frame(packed, parse_header(packed)[1], 2000)
-    stored = []
-    while isinstance(frame, Block):
-        stored.append(frame.stored)
-        frame, pos = parse_frame(packed, pos, 2000)
+    stored = [f.stored for f in read_frames(io.BytesIO(packed).read) if isinstance(f, Block)]
     assert stored == [True, False, False]  # the noise would have expanded: kept as it is
     assert decompress(packed) == noise + text + text  # and the model ran over it on both sides
 

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import socket
 import zipfile
 
 import pytest
@@ -155,11 +156,14 @@ def test_wrong_checksum_is_refused_and_nothing_is_cached(mini):
 
 def test_cli_offline_fetch_fails_in_one_line(mini):
     _, _, env, tmp_path = mini
-    write_manifest(tmp_path, url="http://127.0.0.1:9/mini.zip")  # nothing listens on the discard port
-    r = run_cli("corpus", "fetch", "mini", "--timeout", "5", env=env)
+    with socket.socket() as held:  # a port of our own, bound but never listening: connections are refused
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}/mini.zip"
+        write_manifest(tmp_path, url=url)
+        r = run_cli("corpus", "fetch", "mini", "--timeout", "5", env=env)
     err = r.stderr.decode()
     assert r.returncode == 1 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("dyncompress: cannot download mini from http://127.0.0.1:9/mini.zip")
+    assert err.startswith(f"dyncompress: cannot download mini from {url}")
     assert "--file PATH" in err and "Traceback" not in err
     assert leftovers() == []
     r = run_cli("corpus", "fetch", "nosuch", env=env)

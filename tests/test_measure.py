@@ -9,9 +9,9 @@ import torch
 
 from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
-from dyncompress.api import RULE_DEFAULTS, make_settings
 from dyncompress.measure import PEERS, Tally, bench_peer, confirm, measure, plot, row_settings, save_defaults, tune
 from dyncompress.model import load, save
+from dyncompress.settings import RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
 
