@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 import dyncompress
-from dyncompress.api import make_settings
 from dyncompress.model import DEFAULT_MODEL
 from dyncompress.model import find as find_model
+from dyncompress.settings import make_settings
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 FILES = {

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from dyncompress.adapt import AdaptSettings
-from dyncompress.codec import Codec, Settings, encode_block
+from dyncompress.codec import Codec, encode_block
+from dyncompress.settings import AdaptSettings, Settings
 
 
 def main() -> None:

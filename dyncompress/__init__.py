@@ -1,7 +1,9 @@
 """dyncompress: lossless compression with a byte-level mLSTM that adapts while it codes.
 
-The public names load on first use (PEP 562), so `import dyncompress` and the command line's
-start stay light until torch is needed, and a Ctrl-C while torch loads is a clean exit.
+The public names load on first use (PEP 562): `import dyncompress` itself imports no torch;
+the first use of `compress`, `Compressor` and the others does (about 2 s). The command line loads
+torch at start-up, with Ctrl-C held until it has loaded (`_entry`), so an interrupt then is a
+clean exit. The method: docs/METHOD.md.
 """
 
 import importlib

@@ -176,7 +176,7 @@ def describe(name: str, reader) -> str:
             original += frame.orig_len
     compressed = stream.offset
     settings = dict(meta.get("settings", {}))
-    adapt = settings.pop("adapt", {})
+    nested = {k: settings.pop(k) for k in list(settings) if isinstance(settings[k], dict)}  # parts' own configs
     network = ("hidden", "seed")
     lines = [
         f"{name}:",
@@ -188,11 +188,17 @@ def describe(name: str, reader) -> str:
         f"  model           {_model_line(meta.get('model'))}",
         "  network         " + ", ".join(f"{k}={settings[k]}" for k in network if k in settings),
         "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
-        "  adaptation      " + ", ".join(f"{k}={v}" for k, v in adapt.items()),
+        *(
+            f"  {_PARTS.get(part, part):<15} " + ", ".join(f"{k}={v}" for k, v in c.items())
+            for part, c in nested.items()
+        ),
         f"  fingerprint     {meta.get('fingerprint')}",
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
     ]
     return "\n".join(lines)
+
+
+_PARTS = {"adapt": "adaptation"}  # how `info` titles a nested config (default: its key)
 
 
 def _model_line(model) -> str:

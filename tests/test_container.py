@@ -1,5 +1,6 @@
 """The file format: pack and parse side by side, streaming, and every kind of damage."""
 
+import io
 import struct
 import zlib
 
@@ -11,15 +12,18 @@ from dyncompress.container import (
     Block,
     End,
     FormatError,
+    FrameReader,
+    Header,
     block_digest,
     pack_block,
     pack_end,
     pack_header,
     parse_frame,
     parse_header,
+    read_frames,
 )
 
-META = {"settings": {"hidden": 8, "lanes": 2}, "fingerprint": "0123456789abcdef", "model": None}
+META = {"settings": {"hidden": 8, "lanes": 2, "block_size": 64}, "fingerprint": "0123456789abcdef", "model": None}
 
 
 def test_header_round_trip_and_streaming():
@@ -43,17 +47,37 @@ def test_frames_round_trip_and_streaming():
     assert end == End(len(data), 1, b"d" * 16) and pos2 == len(stream)
 
 
-def walk(stream: bytes) -> list:
-    """Parse a whole stream; running out of bytes is truncation."""
-    parsed = parse_header(stream)
-    frames = []
-    while parsed is not None:
-        item, pos = parsed
-        frames.append(item)
-        if isinstance(item, End):
-            return frames
-        parsed = parse_frame(stream, pos, block_size=64)
-    raise FormatError("truncated")
+def walk(stream: bytes, chunk: int = 7) -> list:
+    """Every item of a whole stream, read in small pieces; running out of bytes is truncation."""
+    return list(read_frames(io.BytesIO(stream).read, chunk))
+
+
+def test_frame_reader_gives_the_same_items_whatever_the_pieces():
+    blocks = [(b"first block", b"\x01" * 8), (b"second", b"\x02" * 4)]
+    stream = pack_header(META) + b"".join(pack_block(d, p) for d, p in blocks) + pack_end(17, 2, b"e" * 16)
+    whole = walk(stream, chunk=len(stream))
+    assert [type(f) for f in whole] == [Header, Block, Block, End]
+    assert whole[0] == Header(META, len(pack_header(META)))
+    assert [f.payload for f in whole[1:3]] == [p for _, p in blocks]
+    for cut in range(1, len(stream)):  # two pushes, split anywhere
+        reader = FrameReader()
+        reader.push(stream[:cut])
+        items = list(reader.frames())
+        reader.push(stream[cut:] + b"next stream")
+        items += list(reader.frames())
+        assert items == whole and reader.ended and reader.offset == len(stream)
+        assert reader.unused == b"next stream"
+
+
+def test_frame_reader_names_truncation():
+    stream = pack_header(META) + pack_block(b"abc", b"\x00" * 8) + pack_end(3, 1, b"x" * 16)
+    header = len(pack_header(META))
+    for cut, message in ((0, "empty input"), (5, "incomplete header"), (header + 3, "end marker is missing")):
+        with pytest.raises(FormatError, match=message):
+            walk(stream[:cut])
+    bad = pack_header({**META, "settings": {"hidden": 8}})
+    with pytest.raises(FormatError, match="block size"):
+        walk(bad)
 
 
 def test_every_single_byte_corruption_is_caught():

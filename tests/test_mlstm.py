@@ -1,4 +1,4 @@
-"""The network: the hand-written backward against autograd on the METHOD.md equations."""
+"""The network: the hand-written backward against autograd on the equations of docs/METHOD.md."""
 
 import torch
 
