@@ -144,8 +144,8 @@ def test_never_writes_compressed_data_to_a_terminal(text_file):
 # 130, or killed by SIGINT (what a shell also reports as 130): CPython re-raises SIGINT at exit
 # when a KeyboardInterrupt passed through code a library ran with PyRun_* (torch's lazy imports),
 # even if dyncompress caught it. Seen once in CI, when Ctrl-C landed in the ~800 modules torch
-# imports for the first Adam; those imports (and the start-up) now hold Ctrl-C (`_signals`),
-# after which 40 interrupts at random times all gave exactly 130.
+# imported for the optimizer object online mode then built (it builds none now: adapt.FusedAdam);
+# the start-up holds Ctrl-C (`_signals`), after which 40 interrupts at random times all gave 130.
 INTERRUPTED = (130, -signal.SIGINT)
 
 
