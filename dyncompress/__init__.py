@@ -1,9 +1,9 @@
 """dyncompress: lossless compression with a byte-level mLSTM that adapts while it codes.
 
 The public names load on first use (PEP 562): `import dyncompress` itself imports no torch;
-the first use of `compress`, `Compressor` and the others does (about 2 s). The command line loads
-torch at start-up, with Ctrl-C held until it has loaded (`_entry`), so an interrupt then is a
-clean exit. The method: docs/METHOD.md.
+the first use of `compress`, `Compressor` and the others does (about 1 s). The command line
+imports torch only when a command needs it, with Ctrl-C held until it has loaded (`cli_base`),
+so an interrupt then is a clean exit. The method: docs/METHOD.md.
 """
 
 import importlib
@@ -18,7 +18,7 @@ _EXPORTS = {
     "open": ("api", "open"),
     "Settings": ("settings", "Settings"),
     "DyncompressError": ("errors", "DyncompressError"),
-    "DEFAULT_MODEL": ("model", "DEFAULT_MODEL"),
+    "DEFAULT_MODEL": ("settings", "DEFAULT_MODEL"),
     "Model": ("model", "Model"),
     "ModelError": ("model", "ModelError"),
     "find_model": ("model", "find"),

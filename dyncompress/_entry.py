@@ -1,4 +1,5 @@
-"""The console entry point: loads the command line (and torch, ~2 s) with Ctrl-C held."""
+"""The console entry point: loads the command line with Ctrl-C held (torch comes later, when a
+command needs it, under `cli_base.loading`: the same hold)."""
 
 import sys
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 import click
 
 from . import __version__, cli_measure
-from .cli_base import EXIT_ERROR, EXIT_INTERRUPTED, Failure, Fatal, knob, level_options, torch_threads
+from .cli_base import EXIT_ERROR, EXIT_INTERRUPTED, Failure, Fatal, knob, level_options, loading, torch_threads
 from .errors import DyncompressError
-from .model import DEFAULT_MODEL
 from .progress import ProgressLine
-from .settings import RULES, Settings
+from .settings import DEFAULT_MODEL, RULES, Settings
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -357,8 +356,10 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     without adaptation, fastest); any setting given explicitly overrides the
     level's.
     """
-    from .api import Compressor, resolve_model
     from .settings import make_settings
+
+    with loading():
+        from .api import Compressor, resolve_model
 
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
@@ -406,12 +407,13 @@ def _encoded_name(path: str) -> str:
 
 
 def _decode_files(files, opts: Options, testing: bool, model: str | None) -> None:
-    from .api import iter_decompress, resolve_model
-
-    try:
-        model = resolve_model(model)
-    except DyncompressError as e:
-        raise Fatal(str(e)) from None
+    if model is not None:
+        with loading():
+            from .api import resolve_model
+        try:
+            model = resolve_model(model)
+        except DyncompressError as e:
+            raise Fatal(str(e)) from None
 
     def strip(p: str) -> str:
         if not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX:
@@ -423,6 +425,8 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None) -> Non
         started = time.monotonic()
 
         def work(reader, writer, size):
+            with loading():
+                from .api import iter_decompress
             progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
                 for piece in iter_decompress(reader.read, progress, CHUNK, model):
@@ -537,7 +541,8 @@ def train(files, output, name, resume, threads, device, quiet, **config):
     SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as
     enwik8:train.
     """
-    from .train import TrainConfig, Trainer
+    with loading():
+        from .train import TrainConfig, Trainer
 
     torch_threads(threads)
     name = name or os.path.basename(output).removesuffix(".dcm")
@@ -608,8 +613,10 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
     as in Krause et al. (2018), instead of statistics gathered on the stream.
     """
     from .corpus import parse_source
-    from .model import load, save
-    from .train import calibrate as collect
+
+    with loading():
+        from .model import load, save
+        from .train import calibrate as collect
 
     torch_threads(threads)
     try:
@@ -652,7 +659,8 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
 @click.option("-v", "--verbose", is_flag=True, help="Also print where each model is and its training record.")
 def models(verbose):
     """List the installed models (and those in $DYNCOMPRESS_MODELS) with their card's summary."""
-    from .model import card_summary, installed, load
+    with loading():
+        from .model import card_summary, installed, load
 
     paths = installed()
     if not paths:

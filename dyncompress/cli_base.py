@@ -3,11 +3,17 @@
 `cli` (the codec's commands) and `cli_measure` (corpus, eval, tune, bench) both import
 from here; `cli` registers the measuring commands on its group, so neither imports the other's
 commands at import time and there is no circle.
+
+The command line imports no torch until a command needs it (`--help`, `--version`, usage
+errors, `info`, `corpus` answer at once): commands import what brings torch in (~1 s, about a
+thousand modules) inside `loading()`, which holds Ctrl-C until the imports are done.
 """
 
 from __future__ import annotations
 
 import click
+
+from ._signals import held_interrupts as loading  # noqa: F401  (re-exported for the commands)
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 

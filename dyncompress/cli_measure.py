@@ -12,11 +12,10 @@ import time
 
 import click
 
-from .cli_base import Fatal, knob, level_options
+from .cli_base import Fatal, knob, level_options, loading
 from .errors import DyncompressError
-from .model import DEFAULT_MODEL
 from .progress import ProgressLine
-from .settings import RULES
+from .settings import DEFAULT_MODEL, RULES
 
 
 def _fmt(v) -> str:
@@ -24,7 +23,8 @@ def _fmt(v) -> str:
 
 
 def _model(name: str | None, needed: bool = True):
-    from .api import resolve_model
+    with loading():
+        from .api import resolve_model
 
     if not needed:
         return None
@@ -196,9 +196,10 @@ def eval_(
     coder would spend on every byte. SOURCE: FILE, FILE:START:END (bytes; 2.5M =
     2,500,000), or a fetched corpus's split such as enwik8:test.
     """
-    from .measure import ROWS, measure, row_settings
-    from .measure import confirm as confirm_row
-    from .measure import plot as draw
+    with loading():
+        from .measure import ROWS, measure, row_settings
+        from .measure import confirm as confirm_row
+        from .measure import plot as draw
 
     rows = [r.strip() for r in rules.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -312,10 +313,12 @@ def tune(
     with the written model. SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a
     fetched corpus's split such as enwik8:valid.
     """
-    from .measure import save_defaults
-    from .measure import tune as search_grid
-    from .model import save
     from .settings import make_settings
+
+    with loading():
+        from .measure import save_defaults
+        from .measure import tune as search_grid
+        from .model import save
 
     if online and (model or output):
         raise click.UsageError("--online tunes online mode; it has no model to read or write")
@@ -397,7 +400,8 @@ def bench(sources, model, level, lanes, block_size, threads, device, quiet, onli
     Every compressor's output is decoded and compared with the input. SOURCE: FILE,
     FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as enwik8:test.
     """
-    from .measure import PEERS, bench_dyncompress, bench_peer
+    with loading():
+        from .measure import PEERS, bench_dyncompress, bench_peer
 
     if online and model:
         raise click.UsageError("--online and --model contradict each other")

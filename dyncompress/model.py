@@ -30,11 +30,11 @@ import torch
 
 from .errors import DyncompressError
 from .mlstm import MLSTMShape
+from .settings import DEFAULT_MODEL  # noqa: F401  (where users have looked for it)
 
 MAGIC = b"\x89DYNM\r\n\x1a"
 VERSION = 1
 SUFFIX = ".dcm"
-DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise
 _HEAD = struct.Struct("<8sHI")
 _STORE = {"float32": np.float32, "float16": np.float16}
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .mlstm import MLSTMShape
     from .model import Model
 
+DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
 RULES = ("static", "sgd", "rms", "rms-decay")
 DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
