@@ -28,6 +28,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class Predictor(Protocol):
+    settings: Settings  # what it was built from (the header records them)
     lanes: int
     segment_len: int  # most steps between two `adapt` calls
 
@@ -68,7 +69,7 @@ class MLSTMPredictor:
     None is online mode, a seeded random start."""
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
-        self.lanes, self.segment_len = settings.lanes, settings.segment_len
+        self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.device = prepare_device(settings.device)
         # denormals make the update rules ~10x slower; flushing them is part of the
         # arithmetic both sides share (process-wide, set before every codec)
