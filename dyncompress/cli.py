@@ -22,10 +22,20 @@ from dataclasses import dataclass
 import click
 
 from . import __version__, cli_measure
-from .cli_base import EXIT_ERROR, EXIT_INTERRUPTED, Failure, Fatal, knob, level_options, loading, torch_threads
+from .cli_base import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    Failure,
+    Fatal,
+    knob,
+    level_options,
+    loading,
+    setting,
+    torch_threads,
+)
 from .errors import DyncompressError
 from .progress import ProgressLine
-from .settings import DEFAULT_MODEL, RULES, Settings
+from .settings import DEFAULT_MODEL, MODEL_DEFAULTS, RULES, AdaptSettings, Settings, TrainConfig
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -285,6 +295,7 @@ def main() -> None:
 
 
 D = Settings()
+TRAIN = TrainConfig()
 MODEL_HELP = (
     "The model file to decode with, when the one the file names is not installed here "
     "(its sha256 must match the one recorded)."
@@ -496,42 +507,18 @@ def compute_options(f):
 @click.argument("files", nargs=-1, required=True, metavar="SOURCE...")
 @click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
 @click.option("--name", help="Model name recorded in the file [the output's base name].")
-@click.option("--hidden", type=click.IntRange(1), default=256, show_default=True, help="mLSTM hidden units.")
-@click.option("--batch", type=click.IntRange(1), default=64, show_default=True, help="Streams per batch.")
-@click.option("--bptt", type=click.IntRange(1), default=64, show_default=True, help="Bytes per truncated-BPTT step.")
-@click.option("--steps", type=click.IntRange(1), default=10_000, show_default=True, help="Optimizer steps.")
-@click.option(
-    "--minutes",
-    type=click.FloatRange(0),
-    default=0.0,
-    help="Stop after this long; the learning-rate "
-    "schedule then runs on elapsed time (whichever of --steps / --minutes ends first).",
-)
-@click.option(
-    "--lr",
-    type=click.FloatRange(0, min_open=True),
-    default=1e-3,
-    show_default=True,
-    help="Peak Adam rate (2e-3 diverged for the default model at batch 128).",
-)
-@click.option("--min-lr", type=click.FloatRange(0), default=5e-5, show_default=True, help="Final rate of the cosine.")
-@click.option("--warmup", type=click.IntRange(0), default=200, show_default=True, help="Linear warm-up steps.")
-@click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="Max gradient norm, 0 = none.")
-@click.option(
-    "--valid-bytes",
-    type=click.IntRange(1),
-    default=200_000,
-    show_default=True,
-    help="Held out for validation, taken from the end of each file in proportion to its size.",
-)
-@click.option(
-    "--eval-every",
-    type=click.IntRange(1),
-    default=500,
-    show_default=True,
-    help="Validate and write a checkpoint every this many steps.",
-)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the initial weights.")
+@setting("--hidden", click.IntRange(1), TRAIN.hidden, "mLSTM hidden units.")
+@setting("--batch", click.IntRange(1), TRAIN.batch, "Streams per batch.")
+@setting("--bptt", click.IntRange(1), TRAIN.bptt, "Bytes per truncated-BPTT step.")
+@setting("--steps", click.IntRange(1), TRAIN.steps, "Optimizer steps.")
+@setting("--minutes", click.FloatRange(0), TRAIN.minutes, "Time budget, 0 = none (the schedule then runs on time).")
+@setting("--lr", click.FloatRange(0, min_open=True), TRAIN.lr, "Peak Adam rate (2e-3 diverged at batch 128).")
+@setting("--min-lr", click.FloatRange(0), TRAIN.min_lr, "Final rate of the cosine.")
+@setting("--warmup", click.IntRange(0), TRAIN.warmup, "Linear warm-up steps.")
+@setting("--clip", click.FloatRange(0), TRAIN.clip, "Max gradient norm, 0 = none.")
+@setting("--valid-bytes", click.IntRange(1), TRAIN.valid_bytes, "Held out: each file's tail, in proportion to size.")
+@setting("--eval-every", click.IntRange(1), TRAIN.eval_every, "Validate and write a checkpoint every this many steps.")
+@setting("--seed", click.IntRange(0), TRAIN.seed, "Seed of the initial weights.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
 @compute_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
@@ -542,7 +529,7 @@ def train(files, output, name, resume, threads, device, quiet, **config):
     enwik8:train.
     """
     with loading():
-        from .train import TrainConfig, Trainer
+        from .train import Trainer
 
     torch_threads(threads)
     name = name or os.path.basename(output).removesuffix(".dcm")
@@ -577,29 +564,19 @@ def train(files, output, name, resume, threads, device, quiet, **config):
 @click.argument("model_path", metavar="MODEL.dcm", type=click.Path(exists=True, dir_okay=False))
 @click.argument("files", nargs=-1, required=True, metavar="SOURCE...")
 @click.option("-o", "--output", metavar="FILE", help="Write the calibrated model here [update MODEL in place].")
-@click.option(
-    "--bytes",
-    "budget",
-    type=click.IntRange(1),
-    default=1_000_000,
-    show_default=True,
-    help="Text to calibrate on, an equal share from the start of each file.",
+@setting(
+    "--bytes", click.IntRange(1), 1_000_000, "Text to calibrate on, an equal share from each file's start.", "budget"
 )
-@click.option(
+@setting(
     "--lanes",
-    type=click.IntRange(1),
-    default=16,
-    show_default=True,
-    help="Lanes, as the codec will run (also stored as the model's default).",
+    click.IntRange(1),
+    MODEL_DEFAULTS["lanes"],
+    "Lanes, as the codec will run (stored as the model's default).",
 )
-@click.option(
-    "--segment-len",
-    type=click.IntRange(1),
-    default=16,
-    show_default=True,
-    help="Bytes per lane per gradient, n (also stored as the model's default).",
+@setting(
+    "--segment-len", click.IntRange(1), MODEL_DEFAULTS["segment_len"], "Bytes per lane per gradient, n (stored too)."
 )
-@click.option("--clip", type=click.FloatRange(0), default=1.0, show_default=True, help="As the codec clips.")
+@setting("--clip", click.FloatRange(0), AdaptSettings().clip, "Max gradient norm, as the codec clips.")
 @click.option("--lr", type=click.FloatRange(0), help="Store as the model's default learning rate.")
 @click.option("--decay", type=click.FloatRange(0), help="Store as the model's default rms-decay lambda.")
 @click.option("--eps", type=click.FloatRange(0, min_open=True), help="Store as the model's default eps.")

@@ -34,6 +34,11 @@ def knob(name: str, kind, help: str, *more_names: str):
     return click.option(name, *more_names, type=kind, default=None, help=help)
 
 
+def setting(name: str, kind, default, help: str, *more_names: str):
+    """An option with a default of its own, shown in --help."""
+    return click.option(name, *more_names, type=kind, default=default, show_default=True, help=help)
+
+
 def level_options(f):
     """-1 ... -9 into `level` (None: the default, -6)."""
     for n in range(9, 0, -1):

@@ -97,6 +97,24 @@ class Settings:
         return _from_dict(cls, d)
 
 
+@dataclass(frozen=True)
+class TrainConfig:
+    """`dyncompress train`: the defaults are the settings that trained the shipped model."""
+
+    hidden: int = 256
+    batch: int = 64
+    bptt: int = 64
+    steps: int = 10_000
+    lr: float = 1e-3  # 2e-3 diverged at batch 128 (models/enwiki-h256.md)
+    min_lr: float = 5e-5
+    warmup: int = 200
+    clip: float = 1.0
+    valid_bytes: int = 200_000
+    eval_every: int = 500
+    seed: int = 0
+    minutes: float = 0.0  # > 0: a wall-clock budget; the schedule then runs on elapsed time
+
+
 # --- nested configs, generically ----------------------------------------------------
 
 

@@ -28,7 +28,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -37,24 +37,9 @@ from . import __version__
 from .adapt import clip_grad_
 from .mlstm import MLSTM, MLSTMShape, init_params, unflatten
 from .model import Model, ModelError, load, save
+from .settings import TrainConfig
 
 LN2 = math.log(2)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    hidden: int = 256
-    batch: int = 64
-    bptt: int = 64
-    steps: int = 10_000
-    lr: float = 1e-3  # 2e-3 diverged at batch 128 (models/enwiki-h256.md)
-    min_lr: float = 5e-5
-    warmup: int = 200
-    clip: float = 1.0
-    valid_bytes: int = 200_000
-    eval_every: int = 500
-    seed: int = 0
-    minutes: float = 0.0  # > 0: a wall-clock budget; the schedule then runs on elapsed time
 
 
 def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:

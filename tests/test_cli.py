@@ -75,8 +75,11 @@ def test_test_and_info_and_damaged_files(tmp_path, text_file):
 
     r = run_cli("info", packed)
     assert r.returncode == 0 and b"original size   4,227 bytes" in r.stdout and b"hidden=32" in r.stdout
-
     data = packed.read_bytes()
+    r = run_cli("info", "-", input=data)  # from a pipe too: the size is what the frames spanned
+    assert r.returncode == 0 and f"compressed size {len(data):,} bytes".encode() in r.stdout, r.stdout
+    assert b"adaptation      beta1=0.0" in r.stdout
+
     cut = tmp_path / "cut.dc"
     cut.write_bytes(data[: len(data) // 2])
     bad = tmp_path / "bad.dc"
