@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dyncompress.adapt import ADAPTIVE, Adapter, clip_grad_
+from dyncompress.adapt import ADAPTIVE, Adapter, FusedAdam, clip_grad_
 from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
 from dyncompress.settings import AdaptSettings
 
@@ -115,3 +115,22 @@ def test_stream_statistics_save_restore_and_reset():
     theta.zero_()
     adapter.update(torch.tensor([1.0, -2.0, 3.0]))
     assert torch.equal(theta, theta_saved)  # the first step again, from fresh statistics
+
+
+@pytest.mark.parametrize("beta1", [0.0, 0.9])
+def test_fused_adam_is_the_optimizers_kernel_bit_for_bit(beta1):
+    """Online rms runs torch's fused Adam kernel without the optimizer object (whose construction
+    imports torch._dynamo): the same bits as `torch.optim.Adam(fused=True)`, step after step."""
+    gen = torch.Generator().manual_seed(0)
+    ours = torch.randn(1000, generator=gen)
+    theirs = ours.clone()
+    s = AdaptSettings(rule="rms", lr=3e-3, beta1=beta1, beta2=0.99, eps=1e-8)
+    fused = FusedAdam(ours, s.lr, beta1, s)
+    reference = torch.optim.Adam([theirs], lr=s.lr, betas=(beta1, s.beta2), eps=s.eps, fused=True)
+    for _ in range(5):
+        grad = torch.randn(1000, generator=gen) * 1e-3
+        fused.step(grad.clone())
+        theirs.grad = grad.clone()
+        reference.step()
+        assert torch.equal(ours, theirs)
+    assert torch.equal(fused.state["exp_avg_sq"], reference.state[theirs]["exp_avg_sq"])
