@@ -36,11 +36,21 @@ def clip_grad_(grad: torch.Tensor, max_norm: float) -> torch.Tensor:
 class Adapter:
     """Applies one adaptive rule to the flat parameter vector `theta`, in place."""
 
-    def __init__(self, settings: AdaptSettings, theta: torch.Tensor, ms: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        settings: AdaptSettings,
+        theta: torch.Tensor,
+        ms: torch.Tensor | None = None,
+        theta0: torch.Tensor | None = None,
+    ) -> None:
+        """`theta0`: the weights rms-decay pulls back to (default: a copy of `theta` as it is now);
+        a caller that keeps the starting weights anyway passes them, and must not change them."""
         if settings.rule not in ADAPTIVE:
             raise ValueError(f"no adaptation for rule {settings.rule!r} (adaptive rules: {', '.join(ADAPTIVE)})")
         self.s, self.theta = settings, theta
-        self.theta0 = theta.clone() if settings.rule == "rms-decay" else None
+        self.theta0 = None
+        if settings.rule == "rms-decay":
+            self.theta0 = theta.clone() if theta0 is None else theta0
         self._opt = None
         self._denom = self._decrate = None
         if ms is not None and settings.rule in ("rms", "rms-decay"):
@@ -51,7 +61,8 @@ class Adapter:
                 self._decrate = (rms / rms.mean()).clamp_(max=1.0 / settings.decay)
         elif settings.rule in ("rms", "rms-decay"):
             # torch's fused Adam kernel (beta1 = 0: RMSprop): one pass over the parameters
-            self._opt = FusedAdam(theta, settings.lr, settings.beta1 if settings.rule == "rms" else 0.0, settings)
+            beta1 = settings.beta1 if settings.rule == "rms" else 0.0
+            self._opt = FusedAdam(theta, settings.lr, (beta1, settings.beta2), settings.eps)
 
     @torch.no_grad()
     def update(self, grad: torch.Tensor) -> None:
@@ -96,8 +107,8 @@ class FusedAdam:
     (step count, first and second moments) is created at the first step, as the optimizer does.
     """
 
-    def __init__(self, theta: torch.Tensor, lr: float, beta1: float, s: AdaptSettings) -> None:
-        self.theta, self.lr, self.beta1, self.beta2, self.eps = theta, lr, beta1, s.beta2, s.eps
+    def __init__(self, theta: torch.Tensor, lr: float, betas: tuple[float, float], eps: float) -> None:
+        self.theta, self.lr, (self.beta1, self.beta2), self.eps = theta, lr, betas, eps
         self.state: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()

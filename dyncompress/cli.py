@@ -33,9 +33,10 @@ from .cli_base import (
     setting,
     torch_threads,
 )
+from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
-from .settings import DEFAULT_MODEL, MODEL_DEFAULTS, RULES, AdaptSettings, Settings, TrainConfig
+from .settings import DEFAULT_MODEL, MODEL_DEFAULTS, RULES, AdaptSettings, Settings, TrainConfig, make_settings
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -315,7 +316,7 @@ MODEL_HELP = (
 @knob("--segment-len", click.IntRange(1), f"Bytes per lane between two gradient steps [-6: {D.segment_len}].")
 @knob(
     "--block-size",
-    click.IntRange(1, 1 << 30),
+    click.IntRange(1, MAX_BLOCK_SIZE),
     f"Bytes per block (bounds memory; adaptation carries across blocks) [{D.block_size}].",
 )
 @click.option(
@@ -367,8 +368,6 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
     without adaptation, fastest); any setting given explicitly overrides the
     level's.
     """
-    from .settings import make_settings
-
     with loading():
         from .api import Compressor, resolve_model
 

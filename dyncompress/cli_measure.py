@@ -13,9 +13,10 @@ import time
 import click
 
 from .cli_base import Fatal, knob, level_options, loading
+from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
-from .settings import DEFAULT_MODEL, RULES
+from .settings import DEFAULT_MODEL, RULES, make_settings
 
 
 def _fmt(v) -> str:
@@ -23,11 +24,10 @@ def _fmt(v) -> str:
 
 
 def _model(name: str | None, needed: bool = True):
-    with loading():
-        from .api import resolve_model
-
     if not needed:
         return None
+    with loading():
+        from .api import resolve_model
     try:
         return resolve_model(name or DEFAULT_MODEL)
     except DyncompressError as e:
@@ -134,7 +134,7 @@ def coding_options(f):
         click.option("-m", "--model", metavar="NAME|PATH", help=f"Pretrained model [{DEFAULT_MODEL}]."),
         level_options,
         knob("--lanes", click.IntRange(1), "Lanes [the level's, fewer for a small input]."),
-        knob("--block-size", click.IntRange(1, 1 << 30), "Bytes per block [1 MiB]."),
+        knob("--block-size", click.IntRange(1, MAX_BLOCK_SIZE), "Bytes per block [1 MiB]."),
         knob("-T", click.IntRange(1, 256), "CPU threads while coding [1].", "--threads"),
         knob("--device", click.Choice(["cpu", "cuda"]), "Where the model runs [cuda when available]."),
         click.option("-q", "--quiet", is_flag=True, help="No progress line."),
@@ -313,8 +313,6 @@ def tune(
     with the written model. SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a
     fetched corpus's split such as enwik8:valid.
     """
-    from .settings import make_settings
-
     with loading():
         from .measure import save_defaults
         from .measure import tune as search_grid

@@ -35,6 +35,7 @@ from .errors import DyncompressError
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
 VERSION = 1
 MAX_META = 1 << 20
+MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
 _HEAD = struct.Struct("<8sHI")
 _BLOCK = struct.Struct("<BIII8s")
@@ -182,7 +183,7 @@ def _block_limit(meta: dict) -> int:
     """The largest block the header allows (its settings' block size)."""
     settings = meta.get("settings")
     limit = settings.get("block_size") if isinstance(settings, dict) else None
-    if not isinstance(limit, int) or not 0 < limit <= 1 << 30:
+    if not isinstance(limit, int) or not 0 < limit <= MAX_BLOCK_SIZE:
         raise FormatError("corrupt or unsupported header (no valid block size)")
     return limit
 

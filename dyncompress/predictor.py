@@ -24,8 +24,6 @@ from .mlstm import MLSTM, init_params
 from .model import Model
 from .settings import Settings
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
 
 class Predictor(Protocol):
     settings: Settings  # what it was built from (the header records them)
@@ -81,11 +79,11 @@ class MLSTMPredictor:
         else:
             theta = model.theta.clone()
         self.model = model
-        self.theta = theta.to(self.device, DTYPES[settings.dtype])
-        self.theta_start = self.theta.clone()
+        self.theta = theta.to(self.device, getattr(torch, settings.dtype))  # dtype names: settings.DTYPES
+        self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
         self.net = MLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
-        rule = settings.adapt
-        self.adapter = None if rule.rule == "static" else Adapter(rule, self.theta, model.ms if model else None)
+        rule, ms = settings.adapt, model.ms if model else None
+        self.adapter = None if rule.rule == "static" else Adapter(rule, self.theta, ms, theta0=self.theta_start)
         self.t = 0  # steps recorded since the last adapt
 
     def step(self, inputs: np.ndarray) -> np.ndarray:

@@ -14,11 +14,12 @@ and explicit overrides into one `Settings`. The API, the measuring commands,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING
+
+from .container import MAX_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from .mlstm import MLSTMShape
@@ -73,7 +74,7 @@ class Settings:
             (self.lanes >= 1, "lanes must be at least 1"),
             (self.segment_len >= 1, "segment length must be at least 1"),
             (self.block_size >= 1, "block size must be at least 1 byte"),
-            (self.block_size <= 1 << 30, "block size must be at most 1 GiB"),
+            (self.block_size <= MAX_BLOCK_SIZE, "block size must be at most 1 GiB"),
             (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
             (self.dtype in DTYPES, f"unknown dtype {self.dtype!r} ({', '.join(DTYPES)})"),
@@ -89,7 +90,7 @@ class Settings:
         return MLSTMShape(self.hidden)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> Settings:

@@ -125,7 +125,7 @@ def test_fused_adam_is_the_optimizers_kernel_bit_for_bit(beta1):
     ours = torch.randn(1000, generator=gen)
     theirs = ours.clone()
     s = AdaptSettings(rule="rms", lr=3e-3, beta1=beta1, beta2=0.99, eps=1e-8)
-    fused = FusedAdam(ours, s.lr, beta1, s)
+    fused = FusedAdam(ours, s.lr, (beta1, s.beta2), s.eps)
     reference = torch.optim.Adam([theirs], lr=s.lr, betas=(beta1, s.beta2), eps=s.eps, fused=True)
     for _ in range(5):
         grad = torch.randn(1000, generator=gen) * 1e-3
