@@ -8,7 +8,7 @@ so an interrupt then is a clean exit. The method: docs/METHOD.md.
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     "Compressor": ("api", "Compressor"),

@@ -11,11 +11,13 @@ bounded memory; the command line is built on them.
 from __future__ import annotations
 
 import builtins
+import functools
 import importlib.metadata
 import io
 import os
 import platform
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -37,7 +39,7 @@ from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
 from .progress import Progress
-from .settings import Settings, make_settings
+from .settings import Settings, default_device, make_settings
 
 
 def resolve_model(model: str | Model | None) -> Model | None:
@@ -48,7 +50,7 @@ def resolve_model(model: str | Model | None) -> Model | None:
 
 
 def platform_record(device: str) -> dict:
-    """What produced the floats: recorded in the header, shown when a decode is refused."""
+    """What made the file: recorded in the header, shown by `info` and if a self-test fails."""
     record = {
         "dyncompress": __version__,
         "torch": torch.__version__,
@@ -160,9 +162,19 @@ class Decompressor:
     came out wrong are never handed out.
     """
 
-    def __init__(self, *, model: str | Model | None = None, progress: Progress | None = None) -> None:
-        """`model`: the model to decode with (name, path or Model); default: the one the header names."""
+    def __init__(
+        self,
+        *,
+        model: str | Model | None = None,
+        progress: Progress | None = None,
+        device: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        """`model`: the model to decode with (name, path or Model); default: the one the header names.
+        `device`, `threads`: where to decode [cuda when available, else cpu; the encoder's thread
+        count]. Any device and thread count give the same bytes (the arithmetic is exact)."""
         self._given = model
+        self._device, self._threads = device, threads
         self.model: Model | None = None
         self._reader = FrameReader()
         self._codec: Codec | None = None
@@ -195,20 +207,17 @@ class Decompressor:
         except (KeyError, TypeError, ValueError) as e:
             raise FormatError(f"corrupt or unsupported header ({e})") from None
         model = self._find_model(needed)
-        if settings.device == "cuda" and not torch.cuda.is_available():
-            raise DyncompressError(
-                "this file was encoded on a CUDA GPU and decodes only on one "
-                f"({_describe(recorded)}); torch sees no GPU here"
-            )
+        # the device and thread count are the decoder's own: they change the speed, not the bits
+        settings = replace(settings, device=self._device or default_device(), threads=self._threads or settings.threads)
         try:
-            got = fingerprint(settings, model)
-        except ValueError as e:
+            got = fingerprint(settings, model)  # the self-test: the same on every platform
+        except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
         if got != expected:
             raise DyncompressError(
-                f"this machine computes different floating-point results than the encoder "
-                f"(fingerprint {got}, file {expected}): encoded with {_describe(recorded)}; "
-                f"here {_describe(platform_record(settings.device))}"
+                f"self-test failed: the exact arithmetic gave fingerprint {got} here and {expected} where the "
+                f"file was made ({_describe(recorded)}; here {_describe(platform_record(settings.device))}): "
+                "a bug, please report it; nothing was decoded"
             )
         self.meta, self.settings, self.model = meta, settings, model
         self._codec = Codec(settings, model)
@@ -288,15 +297,18 @@ def iter_decompress(
     progress: Progress | None = None,
     chunk: int = 1 << 16,
     model: str | Model | None = None,
+    device: str | None = None,
+    threads: int | None = None,
 ):
     """Decoded pieces of one or more concatenated .dc streams pulled through `read(n)`.
 
     `model`: decode with this model (name, path or Model) instead of the installed one the
-    header names; it must have the recorded sha256. Raises DyncompressError on truncation,
-    corruption, trailing garbage or a wrong model.
+    header names; it must have the recorded sha256. `device`, `threads`: as for `Decompressor`.
+    Raises DyncompressError on truncation, corruption, trailing garbage or a wrong model.
     """
     model = resolve_model(model)
-    dec, pending, later = Decompressor(model=model, progress=progress), b"", False
+    start = functools.partial(Decompressor, model=model, progress=progress, device=device, threads=threads)
+    dec, pending, later = start(), b"", False
     while True:
         data = pending or read(chunk)
         pending = b""
@@ -315,13 +327,13 @@ def iter_decompress(
             pending = dec.unused_data or read(chunk)
             if not pending:
                 return
-            dec, later = Decompressor(model=model, progress=progress), True
+            dec, later = start(), True
 
 
-def decompress(data: bytes, model: str | Model | None = None) -> bytes:
-    """Decode one or more concatenated .dc streams (`model`: as for `iter_decompress`)."""
+def decompress(data: bytes, model: str | Model | None = None, device: str | None = None) -> bytes:
+    """Decode one or more concatenated .dc streams (`model`, `device`: as for `iter_decompress`)."""
     view = io.BytesIO(data)
-    return b"".join(iter_decompress(view.read, model=model))
+    return b"".join(iter_decompress(view.read, model=model, device=device))
 
 
 # --- file objects -------------------------------------------------------------------

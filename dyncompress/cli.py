@@ -351,14 +351,13 @@ MODEL_HELP = (
 @knob(
     "-T",
     click.IntRange(1, 256),
-    "CPU threads while coding [1]. Recorded in the file: the decoder uses the same number, since "
-    "the kernels' results depend on it. 2 was ~20 % faster on a quiet 2-core machine.",
+    "CPU threads while coding [1]. Speed only: any number gives the same bytes.",
     "--threads",
 )
 @knob(
     "--device",
     click.Choice(["cpu", "cuda"]),
-    "Where the model runs [cuda when available, else cpu]. A file decodes only on the same device kind.",
+    "Where the model runs [cuda when available, else cpu]. Any device decodes the file.",
 )
 def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, **knobs):
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
@@ -416,7 +415,7 @@ def _encoded_name(path: str) -> str:
     return parse_source(path).stem + SUFFIX
 
 
-def _decode_files(files, opts: Options, testing: bool, model: str | None) -> None:
+def _decode_files(files, opts: Options, testing: bool, model: str | None, device=None, threads=None) -> None:
     if model is not None:
         with loading():
             from .api import resolve_model
@@ -439,7 +438,7 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None) -> Non
                 from .api import iter_decompress
             progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
-                for piece in iter_decompress(reader.read, progress, CHUNK, model):
+                for piece in iter_decompress(reader.read, progress, CHUNK, model, device, threads):
                     writer.write(piece)
             finally:
                 progress.close()
@@ -458,12 +457,19 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None) -> Non
 @with_common
 @click.option("-t", "--test", "testing", is_flag=True, help="Decode and verify; write nothing.")
 @click.option("-m", "--model", metavar="NAME|PATH", help=MODEL_HELP)
-def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model):
-    """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout)."""
+@click.option(
+    "-T", "--threads", type=click.IntRange(1, 256), help="CPU threads [the encoder's]. Any number gives the same bytes."
+)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Where to decode [cuda when available, else cpu].")
+def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model, threads, device):
+    """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout).
+
+    A file decodes on any machine: other CPU, GPU, thread count or torch version.
+    """
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     if testing:
         opts.stdout, opts.remove = False, False
-    _decode_files(files, opts, testing, model)
+    _decode_files(files, opts, testing, model, device, threads)
 
 
 @main.command()

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .coder import Coder, Decoder, Encoder, frequencies
+from .coder import Coder, Decoder, Encoder
 from .model import Model
 from .predictor import make_predictor
 from .progress import Progress
@@ -58,7 +58,7 @@ class Codec:
     def code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None = None) -> None:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
         outside = torch.get_num_threads()
-        torch.set_num_threads(self.s.threads)  # kernels split work by thread count: part of the floats
+        torch.set_num_threads(self.s.threads)  # speed only: the exact arithmetic gives the same bits
         try:
             self._code_block(coder, tokens, length, progress)
         finally:
@@ -71,9 +71,9 @@ class Codec:
         for start in range(0, steps, self.s.segment_len):
             stop = min(start + self.s.segment_len, steps)
             for t in range(start, stop):
-                probs = self.predictor.step(self.prev)  # (B, 256)
+                freqs = self.predictor.step(self.prev)  # (B, 256) int64
                 k = int(active[t])
-                coder.code(frequencies(probs[:k]), tokens[t, :k])
+                coder.code(freqs[:k], tokens[t, :k])
                 self.prev = tokens[t].copy()
             self.nats += self.predictor.adapt(tokens[start:stop], active[start:stop])
             if progress is not None:
@@ -102,9 +102,10 @@ _FINGERPRINT_TEXT = (
 def fingerprint(settings: Settings, model: Model | None = None) -> str:
     """A hash of a fixed small run of the real code path with these settings.
 
-    It covers forward, coding, backward and update on this platform's kernels at
-    the file's shapes, so a machine that would compute different floats is
-    caught before decoding starts.
+    It covers forward, coding, backward and update at the file's shapes. With the exact
+    arithmetic of format 2 it is the same on every platform: it is a self-test, which the
+    decoder repeats before decoding, so a broken installation (or a bug in the exact kernels on
+    some platform) is caught before a byte is written.
     """
     codec = Codec(settings, model)
     length = 2 * settings.segment_len * settings.lanes + 3  # two segments and a ragged end

@@ -1,10 +1,12 @@
-"""From the predictor's probabilities to bits: integer frequencies and range coding.
+"""From the predictor's integer frequencies to bits: range coding.
 
-`frequencies` is the one deterministic function that turns probabilities
-into integer frequencies; encoder and decoder both call it on bit-identical
-inputs, so they get identical tables. Every byte value keeps a frequency of at
-least 1, so any byte can be coded whatever the model believes (also when the
-model has diverged to NaN).
+The predictor hands over integer frequencies (int64, each >= 1, summing to 2^24,
+`exact.frequencies`). constriction's categorical model takes floats and quantizes
+them (`fast_quantized_cdf`): it sums them, scales by (2^24 - n) / sum, and gives
+symbol i the cumulative floor(scale * sum_{j<i} p_j) + i. Handed p_j = f_j - 1,
+every sum is an integer below 2^24 (exact in float64), the scale is exactly 1.0,
+and the cumulative comes out as sum_{j<i} f_j: the integers themselves, on every
+platform. `tests/test_coder.py` checks the code length this gives.
 
 The range coder is constriction's queue (FIFO) coder, so a block streams out
 in the order it is coded. One call codes one step of every active lane.
@@ -17,35 +19,21 @@ from typing import Protocol
 import constriction
 import numpy as np
 
-FREQ_BITS = 24  # constriction's range coder works at 24-bit probability precision
-FREQ_TOTAL = 1 << FREQ_BITS
+from .exact import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
+
 _MODEL = constriction.stream.model.Categorical(perfect=False)
 
 
-def frequencies(probs: np.ndarray) -> np.ndarray:
-    """(k, 256) probabilities -> (k, 256) integer frequencies, each >= 1, summing to FREQ_TOTAL.
-
-    Returned as float64 (exact for these integers), the dtype constriction takes.
-    IEEE float64 arithmetic: a row sum of the probabilities (in numpy's summation
-    order), a division, a multiply and a floor per entry, then sums of integers (exact).
-    The same on every CPU for one numpy version and the same inputs; it is not integer
-    arithmetic throughout (format 2 will make it so).
-    """
-    alphabet = probs.shape[-1]
-    # fmax/fmin map NaN to a bound; the tiny floor keeps an all-zero row codable
-    p = np.fmin(np.fmax(probs, 0.0), 1.0, dtype=np.float64) + 2.0**-40
-    scale = (FREQ_TOTAL - alphabet) / p.sum(axis=-1, keepdims=True)
-    q = np.floor(p * scale) + 1.0  # each >= 1, sum <= total (up to one unit of rounding)
-    # the rounding remainder goes to the most probable symbol, so the sum is exact
-    q[np.arange(len(q)), q.argmax(axis=-1)] += FREQ_TOTAL - q.sum(axis=-1)
-    return q
+def _weights(freqs: np.ndarray) -> np.ndarray:
+    """Integer frequencies -> the floats constriction turns back into exactly these integers."""
+    return (freqs - 1).astype(np.float64)
 
 
 class Coder(Protocol):
     """What the codec's loop hands every step's tables and symbols to."""
 
     def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
-        """freqs: (k, 256) integer frequencies (float64) of the k active lanes; symbols: (k,) int32."""
+        """freqs: (k, 256) int64 frequencies of the k active lanes; symbols: (k,) int32."""
 
 
 class Encoder:
@@ -55,7 +43,7 @@ class Encoder:
         self._coder = constriction.stream.queue.RangeEncoder()
 
     def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
-        self._coder.encode(symbols, _MODEL, freqs)
+        self._coder.encode(symbols, _MODEL, _weights(freqs))
 
     def finish(self) -> bytes:
         return self._coder.get_compressed().astype("<u4").tobytes()
@@ -71,4 +59,4 @@ class Decoder:
         self._coder = constriction.stream.queue.RangeDecoder(words)
 
     def code(self, freqs: np.ndarray, symbols: np.ndarray) -> None:
-        symbols[:] = self._coder.decode(_MODEL, freqs)
+        symbols[:] = self._coder.decode(_MODEL, _weights(freqs))

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from .errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-VERSION = 1
+VERSION = 2  # 2: exact integer-valued arithmetic (dyncompress 0.3); 1: float32 (0.1, 0.2)
+READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 MAX_META = 1 << 20
 MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
@@ -79,6 +80,12 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if len(fixed) < _HEAD.size:
         return None
     _, version, meta_len = _HEAD.unpack(fixed)
+    if version in READS_OLD:
+        release = READS_OLD[version]
+        raise FormatError(
+            f"this file is format {version}, made by dyncompress {release} or earlier; this version reads format "
+            f"{VERSION}: decode it with dyncompress {release} (pip install 'dyncompress=={release}')"
+        )
     if version != VERSION:
         raise FormatError(f"unsupported format version {version} (this dyncompress reads version {VERSION})")
     if meta_len > MAX_META:

@@ -19,8 +19,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .adapt import Adapter
-from .mlstm import MLSTM, init_params
+from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
+from .mlstm import init_params
 from .model import Model
 from .settings import Settings
 
@@ -31,7 +31,8 @@ class Predictor(Protocol):
     segment_len: int  # most steps between two `adapt` calls
 
     def step(self, inputs: np.ndarray) -> np.ndarray:
-        """(lanes,) previous bytes -> (lanes, 256) next-byte probabilities."""
+        """(lanes,) previous bytes -> (lanes, 256) next-byte frequencies: int64, each >= 1,
+        summing to `exact.FREQ_TOTAL` (2^24) in every row: what the range coder codes with."""
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
         """Learn from the steps since the last call: targets (T, lanes) are the bytes that came,
@@ -63,47 +64,48 @@ def prepare_device(kind: str) -> torch.device:
 
 
 class MLSTMPredictor:
-    """The mLSTM with its update rule. `model`: pretrained weights (and MS_g) to start from;
-    None is online mode, a seeded random start."""
+    """The mLSTM with its update rule, in the exact arithmetic of `exact` (format 2). `model`:
+    pretrained weights (and MS_g) to start from; None is online mode, a seeded random start."""
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.device = prepare_device(settings.device)
-        # denormals make the update rules ~10x slower; flushing them is part of the
-        # arithmetic both sides share (process-wide, set before every codec)
-        torch.set_flush_denormal(True)
         if model is None:
             theta = init_params(settings.shape, settings.seed)
         elif model.shape != settings.shape:
             raise ValueError(f"model {model.name} has hidden size {model.shape.hidden}, settings say {settings.hidden}")
         else:
-            theta = model.theta.clone()
+            theta = model.theta
         self.model = model
-        self.theta = theta.to(self.device, getattr(torch, settings.dtype))  # dtype names: settings.DTYPES
+        # int64 master weights, converted on the CPU (the same integers everywhere), then moved
+        self.theta = to_master(theta).to(self.device)
         self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
-        self.net = MLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
+        self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
         rule, ms = settings.adapt, model.ms if model else None
-        self.adapter = None if rule.rule == "static" else Adapter(rule, self.theta, ms, theta0=self.theta_start)
+        self.adapter = None if rule.rule == "static" else ExactAdapter(rule, self.theta, ms, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
 
     def step(self, inputs: np.ndarray) -> np.ndarray:
-        probs = self.net.step(torch.from_numpy(inputs).to(self.device), self.t)  # (B, 256)
+        logits = self.net.step(torch.from_numpy(inputs).to(self.device), self.t)  # (B, 256)
+        freqs = frequencies(logits.cpu().numpy())
+        self.net.record(self.t, torch.from_numpy(freqs).to(self.device))
         self.t += 1
-        return probs.cpu().numpy()
+        return freqs
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
-        """One gradient step on the mean loss of the segment just coded (none for `static`)."""
+        """One gradient step on the mean loss of the segment just coded (none for `static`).
+        Returns the segment's ideal code length in nats (for reporting only)."""
         T = len(targets)
         assert T == self.t, "adapt() must follow the steps of the segment it learns from"
         net = self.net
-        tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
         in_play = np.arange(self.lanes)[None, :] < active[:, None]  # (T, B)
-        weight = torch.from_numpy(in_play / int(active.sum())).to(self.device, self.theta.dtype)
-        if self.adapter is None:
-            nats = float(net.nll(T, tokens, weight))
-        else:
-            nats = float(net.backward(T, tokens, weight))
-            self.adapter.update(net.grad)
+        coded = net.F[:T].cpu().numpy()[np.arange(T)[:, None], np.arange(self.lanes)[None, :], targets]
+        nats = float(-np.log(coded[in_play] / FREQ_TOTAL).sum())
+        if self.adapter is not None:
+            tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
+            net.backward(T, tokens, torch.from_numpy(in_play.astype(np.float64)).to(self.device))
+            self.adapter.update(net.grad, int(active.sum()))
+            net.refresh()
         net.carry(T)
         self.t = 0
         return nats
@@ -118,6 +120,7 @@ class MLSTMPredictor:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.theta.copy_(state["theta"])
+        self.net.refresh()
         self.net.set_state(state["h"], state["c"])
         if self.adapter is not None:
             self.adapter.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("adapt.")})
@@ -125,6 +128,7 @@ class MLSTMPredictor:
 
     def reset(self) -> None:
         self.theta.copy_(self.theta_start)
+        self.net.refresh()
         self.net.reset_state()
         if self.adapter is not None:
             self.adapter.reset()

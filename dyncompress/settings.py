@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
 RULES = ("static", "sgd", "rms", "rms-decay")
-DTYPES = ("float32", "float64")
+# The exact arithmetic (exact.py) keeps every sum below 2^53 for networks up to this size and
+# segments of up to this many bytes (lanes x segment_len): the weight gradients sum that many.
+MAX_HIDDEN = 1024
+MAX_BATCH = 1 << 14
 DEVICES = ("cpu", "cuda")
 
 
@@ -63,21 +66,20 @@ class Settings:
     lanes: int = 16
     segment_len: int = 16
     block_size: int = 1 << 20
-    threads: int = 1  # CPU threads while coding: matmul results depend on it, so it is recorded
+    threads: int = 1  # CPU threads while coding (speed only: the bits are the same with any number)
     device: str = "cpu"
-    dtype: str = "float32"
     adapt: AdaptSettings = field(default_factory=AdaptSettings)
 
     def __post_init__(self) -> None:
         checks = [
-            (self.hidden >= 1, "hidden size must be at least 1"),
+            (1 <= self.hidden <= MAX_HIDDEN, f"hidden size must be 1 ... {MAX_HIDDEN}"),
             (self.lanes >= 1, "lanes must be at least 1"),
             (self.segment_len >= 1, "segment length must be at least 1"),
+            (self.lanes * self.segment_len <= MAX_BATCH, f"lanes x segment length must be at most {MAX_BATCH}"),
             (self.block_size >= 1, "block size must be at least 1 byte"),
             (self.block_size <= MAX_BLOCK_SIZE, "block size must be at most 1 GiB"),
             (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
-            (self.dtype in DTYPES, f"unknown dtype {self.dtype!r} ({', '.join(DTYPES)})"),
         ]
         for ok, message in checks:
             if not ok:

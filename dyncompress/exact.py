@@ -1,0 +1,481 @@
+"""The coding path in exact arithmetic: the same numbers on every CPU, GPU, thread count and
+library version (format 2).
+
+Why it is exact. Every tensor of the coding path holds numbers of the form k * 2^-F with an
+integer k small enough that every sum and product the path forms is exactly representable in
+IEEE float64 (|value| < 2^53 units of its last bit). An operation whose exact result is
+representable returns that result on every IEEE machine, whatever its summation order, SIMD
+width, blocking, fused multiply-adds or thread split, so the GEMMs (ordinary BLAS / cuBLAS
+float64 matmuls) give the same bits everywhere. Where a value must lose bits, it is rounded by
+`round_` (round half to even, the one rounding rule; an IEEE operation on an exact input), and clamped where a bound is
+needed for the next step to stay exact. The state of the update rules is int64 (two's
+complement integer arithmetic, exact by definition). Nothing in here calls exp, tanh, sigmoid,
+softmax, log or a float reduction whose result is inexact.
+
+Formats (value = integer * 2^-F; `A` = 2^12):
+
+    activations h, c, h W_mh, m ... integers in units of 2^-12   (h, tanh outputs: |x| <= A)
+    sigmoid outputs i, f, o ....... multiples of 2^-16 in [0, 1]
+    forward weights ............... multiples of 2^-20, |w| <= 8 (a rounded copy of the master)
+    backward weights .............. multiples of 2^-16 (W_m, W_mh, W_out; another rounded copy)
+    master weights ................ integers in units of 2^-32, |w| <= 8
+    gradients ..................... integers in units of 2^-16 (of the summed loss)
+    frequencies ................... int64, each >= 1, summing to 2^24
+
+Nonlinearities are lookup tables (`Tables`) built by integer-only code (Python integers, a
+Taylor series for exp(-2^-10) and repeated fixed-point products), and checked against the
+SHA-256 recorded below when built. The tables take inputs rounded to 2^-10 over [-16, 16]
+(sigmoid, tanh) and [0, 24] (the exponential of the softmax).
+
+`tests/test_exact.py` checks each kernel against a float64 reference within the stated error
+and the bounds that keep every sum exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from fractions import Fraction
+
+import numpy as np
+import torch
+
+from .mlstm import ALPHABET, MLSTMShape, unflatten
+from .settings import MAX_BATCH, MAX_HIDDEN
+
+FA = 12  # activations
+A = float(1 << FA)
+FS = 16  # sigmoid outputs
+FW = 20  # forward weights
+FB = 16  # backward weights
+FM = 32  # master weights (int64)
+G = 16  # gradients
+FI = 10  # table input resolution
+T_RANGE = 16  # sigmoid / tanh tables cover [-16, 16]
+E_RANGE = 24  # the softmax's exponential covers differences [0, 24] (nats)
+E_BITS = 32  # exp table values: round(2^32 * exp(-d))
+FREQ_BITS = 24
+FREQ_TOTAL = 1 << FREQ_BITS
+W_MAX = 8  # |weight| bound (master and copies)
+C_MAX = 256  # |c| bound
+M_MAX = 64  # |m| bound
+GRAD_MAX = 2 ** (G + 6)  # |dh|, |dc|, |dm W| bound (gradient values 64)
+DZ_MAX = 2 ** (G + 4)  # |dZ| bound (value 16)
+R = T_RANGE << FI  # table index of input 0 (each half has R entries)
+
+# SHA-256 of the tables' int64 little-endian bytes (sigmoid | tanh | exp), as built by `Tables`.
+TABLES_SHA256 = "bc8abacf9b3e8ada265ad1a58a23a07a59d1faf4af315e22c17cd3a885d195cc"
+
+
+class ExactnessError(RuntimeError):
+    """The integer-only tables did not come out as recorded: this platform cannot code."""
+
+
+def _exp_neg_step(bits: int) -> int:
+    """floor(2^bits * exp(-2^-FI)) by the Taylor series in integers (terms alternate)."""
+    total, term, k = 0, 1 << bits, 0
+    while term:
+        total += term if k % 2 == 0 else -term
+        k += 1
+        term = term // (k << FI)
+    return total
+
+
+def build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sigmoid, tanh, exp) as int64 arrays, by integer arithmetic only (about a second):
+
+    sigmoid[k] = round(2^16 / (1 + exp(-x)))      x = (k - R) / 2^10, k = 0 ... 2R
+    tanh[k]    = round(2^12 * tanh(x))             same x
+    exp[j]     = round(2^32 * exp(-j / 2^10))      j = 0 ... 24 * 2^10 (the last entry is 0)
+
+    The package ships their output (`tables.npz`); `tests/test_exact.py` rebuilds it with this.
+    """
+    P = 96  # working precision: 2^-96 per product, far below the tables' 2^-32
+    one = 1 << P
+    step = _exp_neg_step(P)
+    powers = [one] * (2 * R + 1)  # exp(-j / 2^10) * 2^P, j = 0 ... 2R
+    for j in range(1, 2 * R + 1):
+        powers[j] = powers[j - 1] * step >> P
+
+    def div_round(num: int, den: int) -> int:
+        return (2 * num + den) // (2 * den)
+
+    sig_pos = [div_round(one << FS, one + powers[k]) for k in range(R + 1)]  # x = k / 2^10 >= 0
+    sig = [(1 << FS) - sig_pos[R - k] for k in range(R)] + sig_pos  # sigmoid(-x) = 1 - sigmoid(x)
+    tanh_pos = [div_round((one - powers[2 * k]) << FA, one + powers[2 * k]) for k in range(R + 1)]
+    tanh = [-tanh_pos[R - k] for k in range(R)] + tanh_pos
+    exp = [div_round(powers[j], 1 << (P - E_BITS)) for j in range(E_RANGE << FI)] + [0]
+    return tuple(np.array(v, dtype=np.int64) for v in (sig, tanh, exp))
+
+
+TABLE_NAMES = ("sigmoid", "tanh", "exp")
+TABLES_FILE = "tables.npz"
+
+
+def tables_sha256(tables) -> str:
+    h = hashlib.sha256()
+    for values in tables:
+        h.update(np.asarray(values, dtype="<i8").tobytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def checked_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shipped tables, checked against the hash recorded in this module."""
+    from importlib import resources
+
+    try:
+        with resources.files("dyncompress").joinpath(TABLES_FILE).open("rb") as f, np.load(f) as npz:
+            tables = tuple(npz[name].astype(np.int64) for name in TABLE_NAMES)
+    except (OSError, KeyError, ValueError) as e:
+        raise ExactnessError(f"cannot read the lookup tables ({TABLES_FILE}): {e}") from None
+    digest = tables_sha256(tables)
+    if digest != TABLES_SHA256:
+        raise ExactnessError(f"lookup tables {TABLES_FILE} hash to {digest[:16]}, not {TABLES_SHA256[:16]}: reinstall")
+    return tables
+
+
+# --- frequencies -------------------------------------------------------------------------
+
+
+def frequencies(logits: np.ndarray) -> np.ndarray:
+    """(k, 256) logits in units of 2^-12 (multiples of 2^-20) -> (k, 256) int64 frequencies,
+    each >= 1, summing to 2^24. Integer arithmetic after one exact subtraction:
+
+        e_j  = EXP[round(2^10 * (max - logit_j))]        (0 beyond 24 nats)
+        f_j  = floor(e_j * (2^24 - 256) / sum(e)) + 1
+        the remainder 2^24 - sum(f) (0 ... 256) goes to the first most probable byte.
+    """
+    exp = checked_tables()[2]
+    d = logits.max(axis=-1, keepdims=True) - logits  # exact: both are multiples of 2^-20, < 2^33
+    # nan cannot occur (every input is a bounded integer combination); inf neither
+    j = np.minimum(d * 2.0 ** (FI - FA) + 0.5, float(E_RANGE << FI)).astype(np.int64)  # round half up
+    e = exp[j]
+    total = e.sum(axis=-1, keepdims=True)  # >= 2^32: the maximum's entry
+    f = e * (FREQ_TOTAL - ALPHABET) // total + 1
+    rows = np.arange(len(f))
+    f[rows, e.argmax(axis=-1)] += FREQ_TOTAL - f.sum(axis=-1)
+    return f
+
+
+# --- the network ---------------------------------------------------------------------------
+
+
+def rounded(master: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
+    """Master weights (integers, units 2^-32) -> multiples of 2^-bits (values), into `out`."""
+    return torch.mul(master, 2.0 ** (bits - FM), out=out).round_().mul_(2.0**-bits)
+
+
+class ExactMLSTM:
+    """The mLSTM of `mlstm.MLSTM` (same equations, same parameter layout) in exact arithmetic,
+    for `batch` lanes and segments of up to `max_steps` steps.
+
+    `master` is the int64 master copy of the weights (units 2^-32); `refresh()` rounds it into the
+    forward and backward copies the kernels read (call it after every change of `master`).
+    """
+
+    def __init__(self, shape: MLSTMShape, master: torch.Tensor, batch: int, max_steps: int) -> None:
+        H, n, B = shape.hidden, max_steps, batch
+        if H > MAX_HIDDEN:
+            raise ValueError(f"hidden size {H} > {MAX_HIDDEN}: the exact arithmetic is bounded for at most that")
+        if B * n > MAX_BATCH:
+            raise ValueError(f"lanes x segment length {B * n} > {MAX_BATCH}: the exact gradient sums allow at most that")
+        self.shape, self.master, self.H = shape, master, H
+        dev = master.device
+        f64 = dict(device=dev, dtype=torch.float64)
+        sig, tanh, _ = checked_tables()
+        # one table: sigmoid as multiples of 2^-16, then tanh in units of 2^-12
+        self.table = torch.cat([torch.from_numpy(sig) * 2.0**-FS, torch.from_numpy(tanh).double()]).to(**f64)
+        # gates: columns i, f, o index the sigmoid half, u the tanh half (+0.5: round half up)
+        lo = torch.cat([torch.zeros(3 * H), torch.full((H,), 2.0 * R + 1)]).to(**f64)
+        self.gate_off, self.gate_lo, self.gate_hi = lo + R + 0.5, lo, lo + 2 * R
+        self.tanh_off, self.tanh_lo, self.tanh_hi = 3.0 * R + 1.5, 2.0 * R + 1, 4.0 * R + 1
+        self.fw = torch.zeros(master.shape, **f64)
+        self.bw = torch.zeros(master.shape, **f64)
+        self.w, self.wb = unflatten(shape, self.fw), unflatten(shape, self.bw)
+        self.grad = torch.zeros(master.shape, **f64)
+        self.g = unflatten(shape, self.grad)
+        self.IN = torch.zeros(n, B, dtype=torch.long, device=dev)
+        self.EX = torch.zeros(n, B, 5 * H, **f64)
+        self.HM = torch.zeros(n, B, H, **f64)
+        self.M = torch.zeros(n, B, H, **f64)
+        self.Z = torch.zeros(n, B, 4 * H, **f64)  # i, f, o (2^-16) and u (units 2^-12)
+        self.CS = torch.zeros(n + 1, B, H, **f64)
+        self.TC = torch.zeros(n, B, H, **f64)
+        self.HS = torch.zeros(n + 1, B, H, **f64)
+        self.F = torch.zeros(n, B, ALPHABET, **f64)  # the frequencies coded at each step
+        self.refresh()
+
+    def refresh(self) -> None:
+        rounded(self.master, FW, self.fw)
+        rounded(self.master, FB, self.bw)
+
+    @torch.no_grad()
+    def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
+        """Step t for every lane given the byte each saw last; returns the logits (B, 256) in
+        units of 2^-12, exact multiples of 2^-20."""
+        w, H = self.w, self.H
+        prev = self.IN[t].copy_(inputs)
+        ex = torch.index_select(w["w_in"], 0, prev, out=self.EX[t])
+        hm = torch.mm(self.HS[t], w["w_mh"], out=self.HM[t]).round_()
+        m = torch.mul(ex[:, :H], hm, out=self.M[t]).round_().clamp_(-M_MAX * A, M_MAX * A)
+        z = torch.addmm(ex[:, H:], m, w["w_m"], beta=A).add_(w["b"], alpha=A)  # units 2^-12
+        idx = torch.add(self.gate_off, z, alpha=2.0 ** (FI - FA))
+        idx = torch.clamp(idx, self.gate_lo, self.gate_hi).long()
+        gates = torch.index_select(self.table, 0, idx.view(-1), out=self.Z[t].view(-1)).view(idx.shape)
+        i, f, o, u = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H : 3 * H], gates[:, 3 * H :]
+        c = torch.mul(f, self.CS[t], out=self.CS[t + 1]).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
+        cidx = torch.mul(c, 2.0 ** (FI - FA)).add_(self.tanh_off).clamp_(self.tanh_lo, self.tanh_hi).long()
+        tc = torch.index_select(self.table, 0, cidx.view(-1), out=self.TC[t].view(-1)).view(cidx.shape)
+        h = torch.mul(o, tc, out=self.HS[t + 1]).round_()
+        return torch.addmm(w["b_out"], h, w["w_out"], beta=A)
+
+    @torch.no_grad()
+    def record(self, t: int, freqs: torch.Tensor) -> None:
+        """Keep the frequencies coded at step t (for the backward pass)."""
+        self.F[t].copy_(freqs)
+
+    @torch.no_grad()
+    def backward(self, T: int, targets: torch.Tensor, mask: torch.Tensor) -> None:
+        """Gradient of the summed code length (-log of the coded frequencies) of the first T
+        steps, over the positions where `mask` (T, B) is 1, into `grad` (units 2^-16).
+
+        Truncated BPTT as in `mlstm.MLSTM.backward`; d/dlogits = p - onehot with p the coded
+        frequencies / 2^24, rounded to 2^-16.
+        """
+        wb, g, H = self.wb, self.g, self.H
+        B = targets.shape[1]
+        Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]
+        i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
+        onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
+        dl = self.F[:T].sub(onehot, alpha=FREQ_TOTAL).mul_(2.0 ** (G - FREQ_BITS)).round_()
+        dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
+        dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
+        # dc/dh through h = o tanh(c), as a multiple of 2^-16
+        dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)
+        # what dc, dc, dh, dc multiply for the pre-activations i, f, o, u (multiples of 2^-16)
+        slope = Z[..., : 3 * H] * (1 - Z[..., : 3 * H])  # s (1 - s), multiples of 2^-32
+        K = torch.cat([u, CS, TC], dim=2).mul_(slope).mul_(2.0 ** (FS - FA)).round_()
+        Ku = (A * A - u * u).mul_(2.0**-FA).mul_(i).mul_(2.0 ** (FS - FA)).round_()
+        K = torch.cat([K, Ku], dim=2).mul_(2.0**-FS)
+        exm = self.EX[:T, :, :H]
+
+        dZ = torch.empty(T, B, 4 * H, dtype=torch.float64, device=dl.device)
+        dMX = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
+        dM = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
+        dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
+        dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
+        w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
+        for t in range(T - 1, -1, -1):
+            dh = dH[t].add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
+            dc = torch.mul(dh, dcfd[t]).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
+            torch.mul(torch.cat([dc, dc, dh, dc], dim=1), K[t], out=dZ[t]).round_().clamp_(-DZ_MAX, DZ_MAX)
+            dm = torch.mm(dZ[t], w_m_t, out=dM[t]).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+            dmx = torch.mul(dm, exm[t], out=dMX[t]).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+            dh_next = torch.mm(dmx, w_mh_t).round_()
+            dc_next = torch.mul(dc, f[t]).round_()
+
+        # weight gradients: one matmul each over all T*B positions, rescaled to units of 2^-16
+        flat = lambda x: x.reshape(T * B, -1)  # noqa: E731
+        torch.mm(flat(self.HS[1 : T + 1]).T, flat(dl), out=g["w_out"]).mul_(2.0**-FA).round_()
+        torch.sum(flat(dl), dim=0, out=g["b_out"])
+        torch.mm(flat(self.M[:T]).T, flat(dZ), out=g["w_m"]).mul_(2.0**-FA).round_()
+        torch.sum(flat(dZ), dim=0, out=g["b"])
+        torch.mm(flat(self.HS[:T]).T, flat(dMX), out=g["w_mh"]).mul_(2.0**-FA).round_()
+        dEX = torch.cat([dM.mul(self.HM[:T]).mul_(2.0**-FA).round_(), dZ], dim=2)  # (T, B, 5H)
+        g["w_in"].zero_().index_add_(0, self.IN[:T].reshape(-1), flat(dEX))
+
+    @torch.no_grad()
+    def carry(self, T: int) -> None:
+        self.HS[0].copy_(self.HS[T])
+        self.CS[0].copy_(self.CS[T])
+
+    @property
+    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.HS[0], self.CS[0]
+
+    @torch.no_grad()
+    def set_state(self, h: torch.Tensor, c: torch.Tensor) -> None:
+        self.HS[0].copy_(h)
+        self.CS[0].copy_(c)
+
+    @torch.no_grad()
+    def reset_state(self) -> None:
+        self.HS[0].zero_()
+        self.CS[0].zero_()
+
+
+def to_master(theta: torch.Tensor) -> torch.Tensor:
+    """Float weights -> master weights (float64 integers in units of 2^-32, |w| <= 8). Exact
+    arithmetic on the float32 values (a power-of-two scaling and a rounding), done on the CPU,
+    so every machine starts from the same integers."""
+    limit = W_MAX * 2.0**FM
+    return theta.detach().cpu().double().mul(2.0**FM).round_().clamp_(-limit, limit)
+
+
+# --- the update rules ------------------------------------------------------------------------
+
+
+def significant(x: float | Fraction, bits: int) -> float:
+    """`x` >= 0 rounded down to `bits` significant bits: a float that holds it exactly."""
+    x = Fraction(x)
+    if x <= 0:
+        return 0.0
+    e = x.numerator.bit_length() - x.denominator.bit_length()  # 2^e <= x < 2^(e+1), give or take one
+    while Fraction(2) ** e > x:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= x:
+        e += 1
+    unit = Fraction(2) ** (e + 1 - bits)
+    return float(math.floor(x / unit) * unit)
+
+
+def floor_sqrt_(v: torch.Tensor) -> torch.Tensor:
+    """floor(sqrt(v)) for float64 integers 0 <= v < 2^52, exactly: a float64 square root (within
+    one unit of the answer) and integer corrections (every product exact)."""
+    r = v.sqrt().floor_()
+    r.sub_((r * r > v).to(r.dtype))
+    r.add_(((r + 1) * (r + 1) <= v).to(r.dtype))
+    return r
+
+
+def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """floor(num / den) for float64 integers |num| < 2^52, 1 <= den < 2^52 with |quotient * den|
+    < 2^52, exactly: a float64 division (within one unit) and integer corrections."""
+    q = torch.div(num, den).floor_()
+    q.sub_((q * den > num).to(q.dtype))
+    q.add_(((q + 1) * den <= num).to(q.dtype))
+    return q
+
+
+class ExactAdapter:
+    """The update rules of `adapt.Adapter` on the master weights (float64 integers, units 2^-32),
+    every step exact or a single IEEE operation (correctly rounded, hence the same everywhere).
+
+    Per segment, the summed gradient g (units 2^-16, |g| <= 2^30) is clipped to a norm of `clip`
+    (the norm from g rounded to 14 significant bits, summed exactly) and divided by the byte
+    count, as one scalar c with 11 significant bits. Then, with products that stay below 2^53:
+
+    - sgd:        theta -= round(g * c lr)                     (c lr: 22 significant bits)
+    - rms:        with MS_g: theta -= round(g * R_i * c), R_i = lr / (sqrt(MS_g,i) + eps) to 12
+                  significant bits (computed once by IEEE square root and division, correctly
+                  rounded on every platform). Without: RMSprop / Adam on the stream, in units of
+                  2^-28: v = round(v b2) + round(g^2 (1 - b2)), rms = floor(sqrt(v)) exactly,
+                  step = floor(lr' m / (rms + eps')) exactly, with Adam's bias corrections in lr'
+                  and eps' (exact fractions).
+    - rms-decay:  the rms step, then theta += round((theta0 - theta) * D_i), D_i = decay * RMS_i /
+                  mean(RMS) at most 1 (RMS_i to 10 significant bits, the factor to 6).
+
+    The weights stay within |w| <= 8.
+    """
+
+    G_MAX = float(1 << 30)
+
+    def __init__(self, settings, master: torch.Tensor, ms: torch.Tensor | None, theta0: torch.Tensor) -> None:
+        self.s, self.master, self.theta0 = settings, master, theta0
+        self.limit = float(W_MAX << FM)
+        self.R = self.D = None
+        dev = master.device
+        if ms is not None and settings.rule in ("rms", "rms-decay"):
+            rms = np.sqrt(ms.detach().cpu().numpy().astype(np.float64))
+            r = settings.lr / (rms + settings.eps)  # IEEE: correctly rounded
+            self.R = torch.from_numpy(_significant_array(np.minimum(r, 64.0), 12)).to(dev)
+            if settings.rule == "rms-decay" and settings.decay > 0:
+                rms_int = np.floor(rms * 2.0**40)  # exact scaling; below 2^53
+                self.D = self._decay_rates(torch.from_numpy(rms_int)).to(dev)
+        self.reset()
+
+    def _decay_rates(self, rms: torch.Tensor) -> torch.Tensor:
+        """D_i = min(decay * rms_i / mean(rms), 1) for float64 integers rms_i >= 0 (< 2^49 in sum)."""
+        top = float(rms.max())
+        if top == 0:
+            return torch.zeros_like(rms)
+        shift = max(0, int(top).bit_length() - 10)
+        rq = torch.mul(rms, 2.0**-shift).floor_()  # 10 significant bits
+        total = int(rq.sum())  # exact: integers below 2^53
+        if total == 0:
+            return torch.zeros_like(rms)
+        scale = significant(Fraction(self.s.decay) * len(rq) / total, 6)
+        return rq.mul_(scale).clamp_(max=1.0)
+
+    def reset(self) -> None:
+        self.steps = 0
+        self.v = self.m = None
+        self.b1_pow = self.b2_pow = Fraction(1)
+
+    def state_dict(self) -> dict:
+        if self.v is None:
+            return {}
+        state = {"step": torch.tensor(self.steps), "v": self.v.clone()}
+        if self.m is not None:
+            state["m"] = self.m.clone()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reset()
+        if state:
+            self.v = state["v"].clone()
+            self.m = state["m"].clone() if "m" in state else None
+            self.steps = int(state["step"])
+            self.b1_pow = Fraction(self.s.beta1) ** self.steps
+            self.b2_pow = Fraction(self.s.beta2) ** self.steps
+
+    @torch.no_grad()
+    def update(self, grad: torch.Tensor, count: int) -> None:
+        """One step with the summed gradient `grad` (float64 integers, units 2^-16) of `count` bytes."""
+        s = self.s
+        g = grad.clamp_(-self.G_MAX, self.G_MAX)
+        big = int(g.abs().max())
+        if big == 0:
+            return
+        shift = big.bit_length() - 14
+        q = torch.mul(g, 2.0**-shift).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
+        # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
+        norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
+        scale = Fraction(1, count)
+        if s.clip > 0 and norm > Fraction(s.clip) * count:
+            scale = Fraction(s.clip) / norm
+        scale *= 1 << (FM - G)  # units 2^-16 -> 2^-32
+        theta = self.master
+        if s.rule == "sgd":
+            theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22)).round_())
+        elif self.R is not None:
+            theta.sub_(torch.mul(g, self.R).mul_(significant(scale, 11)).round_())
+        else:
+            self._stream_step(torch.mul(g, significant(scale / 16, 22)).round_())
+        if s.rule == "rms-decay" and s.decay > 0:
+            D = self.D if self.D is not None else self._decay_rates(self._rms)
+            theta.add_(torch.sub(self.theta0, theta).mul_(D).round_())
+        theta.clamp_(-self.limit, self.limit)
+
+    def _stream_step(self, gm: torch.Tensor) -> None:
+        """RMSprop / Adam on statistics gathered from the stream; gm: mean gradient, units 2^-28."""
+        s = self.s
+        gm = gm.clamp_(-float(1 << 26), float(1 << 26))  # |mean gradient| <= 1/4 per parameter
+        if self.v is None:
+            self.v = torch.zeros_like(gm)
+            if s.rule == "rms" and s.beta1 > 0:
+                self.m = torch.zeros_like(gm)
+        self.steps += 1
+        self.b1_pow *= Fraction(s.beta1)
+        self.b2_pow *= Fraction(s.beta2)
+        self.v.mul_(s.beta2).round_().add_(torch.mul(gm, gm).mul_(1 - s.beta2).round_())  # < 2^52
+        num = gm
+        if self.m is not None:
+            self.m.mul_(s.beta1).round_().add_(torch.mul(gm, 1 - s.beta1).round_())
+            num = self.m
+        self._rms = rms = floor_sqrt_(self.v)  # units 2^-28, < 2^26
+        # Adam: step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t
+        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
+        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
+        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
+        eps = max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28)))
+        # |num * lr| <= 2^26 * 2^26: exact
+        self.master.sub_(floor_div_(num.mul(float(min(lr, 1 << 26))), rms.add(float(eps))))
+
+
+def _significant_array(x: np.ndarray, bits: int) -> np.ndarray:
+    """Each positive float64 rounded down to `bits` significant bits (exact: frexp and scaling)."""
+    mant, exp = np.frexp(x)
+    return np.ldexp(np.floor(np.ldexp(mant, bits)), exp - bits)

@@ -1,0 +1,239 @@
+"""The exact arithmetic of format 2: tables, frequencies, kernels, update rules.
+
+Each kernel is checked against a float64 reference within its stated error, and the parts
+that must be exact (tables, frequencies, integer square roots and divisions) against Python
+integers.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dyncompress import exact
+from dyncompress.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
+from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
+from dyncompress.settings import AdaptSettings
+from conftest import corpus
+
+
+def test_shipped_tables_are_what_the_integer_code_builds_and_match_their_hash():
+    built = exact.build_tables()
+    shipped = exact.checked_tables()  # raises if the hash differs
+    for a, b in zip(built, shipped, strict=True):
+        assert np.array_equal(a, b)
+    assert exact.tables_sha256(built) == exact.TABLES_SHA256
+
+
+def test_a_changed_table_is_refused(monkeypatch):
+    sig, tanh, exp = exact.build_tables()
+    tanh = tanh.copy()
+    tanh[5] += 1
+    assert exact.tables_sha256((sig, tanh, exp)) != exact.TABLES_SHA256
+
+
+def test_tables_are_the_functions_to_half_a_unit():
+    sig, tanh, exp = exact.checked_tables()
+    x = (np.arange(len(sig)) - exact.R) / 2.0**exact.FI
+    assert np.abs(sig - 2.0**exact.FS / (1 + np.exp(-x))).max() <= 0.5 + 1e-6
+    assert np.abs(tanh - 2.0**exact.FA * np.tanh(x)).max() <= 0.5 + 1e-6
+    d = np.arange(len(exp) - 1) / 2.0**exact.FI
+    assert np.abs(exp[:-1] - 2.0**exact.E_BITS * np.exp(-d)).max() <= 0.5 + 1e-3
+    assert exp[-1] == 0 and sig[0] == 0 and sig[-1] == 2**exact.FS and tanh[exact.R] == 0
+
+
+def _reference_frequencies(logits: np.ndarray) -> np.ndarray:
+    """The same function in Python integers and Fractions, row by row."""
+    from fractions import Fraction
+
+    table = exact.checked_tables()[2]
+    out = []
+    for row in logits:
+        top = max(Fraction(v) for v in row)
+        js = [min(math.floor((top - Fraction(v)) * 2 ** (exact.FI - exact.FA) + Fraction(1, 2)), len(table) - 1) for v in row]
+        e = [int(table[j]) for j in js]
+        f = [x * (FREQ_TOTAL - 256) // sum(e) + 1 for x in e]
+        f[e.index(max(e))] += FREQ_TOTAL - sum(f)
+        out.append(f)
+    return np.array(out, dtype=np.int64)
+
+
+ADVERSARIAL = {
+    "all equal": np.zeros((2, 256)),
+    "one huge": np.where(np.arange(256) == 7, 2.0**31, 0.0)[None, :],
+    "one tiny": np.where(np.arange(256) == 7, -(2.0**31), 0.0)[None, :],
+    "extremes": np.where(np.arange(256) % 2 == 0, 2.0**31, -(2.0**31))[None, :],
+    "two maxima": np.where(np.isin(np.arange(256), [3, 200]), 5.0 * 4096, 0.0)[None, :],
+    "fine steps": (np.arange(256) * 2.0**-20)[None, :],
+    "random": np.random.default_rng(0).normal(size=(8, 256)) * 6 * 4096,
+    "peaked": np.random.default_rng(1).normal(size=(8, 256)) * 30 * 4096,
+}
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL))
+def test_frequencies_are_exact_on_adversarial_logits(case):
+    logits = np.round(ADVERSARIAL[case] * 2.0**20) / 2.0**20  # multiples of 2^-20, as the network gives
+    f = frequencies(logits)
+    assert f.dtype == np.int64 and (f >= 1).all() and (f.sum(axis=1) == FREQ_TOTAL).all()
+    assert np.array_equal(f, _reference_frequencies(logits))
+
+
+def test_frequencies_follow_the_softmax():
+    logits = np.random.default_rng(3).normal(size=(16, 256)) * 3
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    q = frequencies(np.round(logits * 4096 * 2.0**20) / 2.0**20) / FREQ_TOTAL
+    assert np.abs(q - p).max() < 2e-4  # input rounding to 2^-10 nats, table to 2^-32, +1 floor
+    cross = -(p * np.log2(q)).sum(axis=1) + (p * np.log2(p)).sum(axis=1)  # KL(p || q), bits
+    assert cross.max() < 1e-4
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 15, 16, 17, 2**26 - 1, 2**26, 2**26 + 1, 2**52 - 1, 2**51 + 12345])
+def test_floor_sqrt_is_exact(n):
+    v = torch.tensor([float(n)], dtype=torch.float64)
+    assert int(exact.floor_sqrt_(v)) == math.isqrt(n)
+
+
+def test_floor_sqrt_and_div_are_exact_on_random_integers():
+    rng = np.random.default_rng(4)
+    v = rng.integers(0, 2**52, 20000).astype(np.float64)
+    r = exact.floor_sqrt_(torch.from_numpy(v)).numpy()
+    assert all(int(a) == math.isqrt(int(b)) for a, b in zip(r, v, strict=True))
+    den = rng.integers(1, 2**26, 20000).astype(np.float64)
+    num = (rng.integers(-(2**25), 2**25, 20000) * den + rng.integers(-3, 3, 20000)).astype(np.float64)
+    q = exact.floor_div_(torch.from_numpy(num), torch.from_numpy(den)).numpy()
+    assert all(int(a) == int(b) // int(c) for a, b, c in zip(q, num, den, strict=True))
+
+
+def test_significant_rounds_down_to_the_bits_asked():
+    assert exact.significant(1.0, 3) == 1.0
+    assert exact.significant(0.1, 11) == math.floor(0.1 * 2**14) / 2**14
+    assert exact.significant(1e6 + 1, 5) == 30 * 2**15  # 1e6 = 30.5 * 2^15
+    assert exact.significant(0, 4) == 0.0
+
+
+SHAPE = MLSTMShape(64)
+
+
+def _pair(lanes=4, steps=24, seed=0):
+    theta = init_params(SHAPE, seed) * 0.7
+    master = to_master(theta)
+    net = ExactMLSTM(SHAPE, master, lanes, steps)
+    ref = MLSTM(SHAPE, master.mul(2.0**-exact.FM), lanes, steps)  # float64, the same weights
+    return net, ref
+
+
+def _tokens(lanes, steps):
+    data = np.frombuffer(corpus("alice29.txt")[: lanes * steps], dtype=np.uint8)
+    return torch.from_numpy(data.reshape(lanes, steps).T.astype(np.int64))
+
+
+def test_forward_matches_the_float64_network_and_stays_in_its_formats():
+    lanes, steps = 4, 24
+    net, ref = _pair(lanes, steps)
+    tokens = _tokens(lanes, steps)
+    prev = torch.zeros(lanes, dtype=torch.long)
+    worst = 0.0
+    for t in range(steps):
+        logits = net.step(prev, t)
+        freqs = frequencies(logits.numpy())
+        net.record(t, torch.from_numpy(freqs))
+        p = ref.step(prev, t)
+        worst = max(worst, float((torch.from_numpy(freqs) / FREQ_TOTAL - p).abs().max()))
+        prev = tokens[t]
+        # every activation is an integer within its bound; weights are multiples of 2^-20
+        for x, bound in ((net.HS[t + 1], exact.A), (net.CS[t + 1], exact.C_MAX * exact.A), (net.M[t], exact.M_MAX * exact.A)):
+            assert torch.equal(x, x.round()) and float(x.abs().max()) <= bound
+        assert torch.equal(logits * 2.0**20, (logits * 2.0**20).round())
+    assert worst < 0.01, worst  # rounding of activations (2^-12), gates (2^-16) and table inputs (2^-10)
+
+
+def test_backward_matches_the_float64_gradient():
+    lanes, steps = 4, 24
+    net, ref = _pair(lanes, steps)
+    tokens = _tokens(lanes, steps)
+    prev = torch.zeros(lanes, dtype=torch.long)
+    for t in range(steps):
+        net.record(t, torch.from_numpy(frequencies(net.step(prev, t).numpy())))
+        ref.step(prev, t)
+        prev = tokens[t]
+    mask = torch.ones(steps, lanes, dtype=torch.float64)
+    mask[-3:, 2:] = 0  # a ragged end
+    net.backward(steps, tokens, mask)
+    ref.backward(steps, tokens, mask)
+    got, want = net.grad * 2.0**-exact.G, ref.grad
+    assert torch.equal(net.grad, net.grad.round())
+    cos = float(got @ want / (got.norm() * want.norm()))
+    assert cos > 0.999, cos
+    assert float((got - want).norm() / want.norm()) < 0.05
+
+
+def _adapter(rule, **kw):
+    theta = init_params(SHAPE, 1) * 0.5
+    master = to_master(theta)
+    start = master.clone()
+    s = AdaptSettings(rule=rule, **kw)
+    return s, master, start
+
+
+@pytest.mark.parametrize("rule", ["sgd", "rms", "rms-decay"])
+def test_update_rules_take_the_float_step(rule):
+    """One step of each rule from the same gradient: the exact step equals the float rule's to
+    the precision of its multipliers (12 significant bits, 2^-32 units)."""
+    from dyncompress.adapt import Adapter
+
+    s, master, start = _adapter(rule, lr=1e-3 if rule != "sgd" else 0.1, decay=1e-2, clip=0.0)
+    rng = np.random.default_rng(5)
+    grad_sum = torch.from_numpy(np.round(rng.normal(size=master.shape) * 2.0**16 * 40))  # summed over 256 bytes
+    ms = torch.from_numpy(rng.uniform(1e-8, 1e-4, size=master.shape)).float()
+    count = 256
+    theta = master * 2.0**-exact.FM
+    ref = theta.clone()
+    ref_ad = Adapter(s, ref, ms=ms if rule != "sgd" else None, theta0=theta.clone() + 1e-3)
+    ex = ExactAdapter(s, master, ms if rule != "sgd" else None, start + 1e-3 * 2.0**exact.FM)
+    ref_ad.update(grad_sum * 2.0**-exact.G / count)
+    ex.update(grad_sum.clone(), count)
+    step_ref, step_ex = ref - theta, master * 2.0**-exact.FM - theta
+    assert torch.equal(master, master.round())
+    err = float((step_ex - step_ref).abs().max() / step_ref.abs().max())
+    assert err < 2e-3, err
+
+
+def test_the_stream_rule_follows_rmsprop():
+    from dyncompress.adapt import Adapter
+
+    s, master, start = _adapter("rms", lr=2e-3, clip=0.0)
+    theta = master * 2.0**-exact.FM
+    ref = theta.clone()
+    ref_ad, ex = Adapter(s, ref), ExactAdapter(s, master, None, start)
+    rng = np.random.default_rng(6)
+    for _ in range(5):
+        g = torch.from_numpy(np.round(rng.normal(size=master.shape) * 2.0**16 * 2))
+        ref_ad.update(g * 2.0**-exact.G / 256)
+        ex.update(g.clone(), 256)
+    moved_ref, moved_ex = ref - theta, master * 2.0**-exact.FM - theta
+    assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
+
+
+def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
+    """Steps of ~1e-4 of a weight's size change the forward copy (2^-20 units) of most weights."""
+    s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
+    net = ExactMLSTM(SHAPE, master, 2, 4)
+    before = net.fw.clone()
+    theta = master * 2.0**-exact.FM
+    ad = ExactAdapter(s, master, None, start)
+    grad = torch.round(theta * 1e-4 * 2.0**exact.G * 256)  # a step of 1e-4 * theta
+    ad.update(grad, 256)
+    net.refresh()
+    big = theta.abs() > 0.05
+    moved = (net.fw != before)[big].float().mean()
+    assert moved > 0.95, moved
+
+
+def test_update_keeps_weights_bounded_and_integer():
+    s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
+    ad = ExactAdapter(s, master, None, start)
+    ad.update(torch.full(master.shape, -(2.0**30)), 1)
+    assert float(master.abs().max()) <= exact.W_MAX * 2.0**exact.FM
+    assert torch.equal(master, master.round())
