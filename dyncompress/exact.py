@@ -180,7 +180,7 @@ class ExactMLSTM:
         if H > MAX_HIDDEN:
             raise ValueError(f"hidden size {H} > {MAX_HIDDEN}: the exact arithmetic is bounded for at most that")
         if B * n > MAX_BATCH:
-            raise ValueError(f"lanes x segment length {B * n} > {MAX_BATCH}: the exact gradient sums allow at most that")
+            raise ValueError(f"lanes x segment length {B * n} > {MAX_BATCH}: the exact gradient sums allow no more")
         self.shape, self.master, self.H = shape, master, H
         dev = master.device
         f64 = dict(device=dev, dtype=torch.float64)
@@ -190,10 +190,12 @@ class ExactMLSTM:
         # gates: columns i, f, o index the sigmoid half, u the tanh half (+0.5: round half up)
         lo = torch.cat([torch.zeros(3 * H), torch.full((H,), 2.0 * R + 1)]).to(**f64)
         self.gate_off, self.gate_lo, self.gate_hi = lo + R + 0.5, lo, lo + 2 * R
-        self.tanh_off, self.tanh_lo, self.tanh_hi = 3.0 * R + 1.5, 2.0 * R + 1, 4.0 * R + 1
+        self.tanh_off = torch.full((B, H), 3.0 * R + 1.5, **f64)
+        self.tanh_lo, self.tanh_hi = 2.0 * R + 1, 4.0 * R + 1
         self.fw = torch.zeros(master.shape, **f64)
         self.bw = torch.zeros(master.shape, **f64)
         self.w, self.wb = unflatten(shape, self.fw), unflatten(shape, self.bw)
+        self.inputs = torch.zeros(ALPHABET, 5 * H, **f64)  # w_in's rows with b added to the W_x part
         self.grad = torch.zeros(master.shape, **f64)
         self.g = unflatten(shape, self.grad)
         self.IN = torch.zeros(n, B, dtype=torch.long, device=dev)
@@ -210,6 +212,7 @@ class ExactMLSTM:
     def refresh(self) -> None:
         rounded(self.master, FW, self.fw)
         rounded(self.master, FB, self.bw)
+        self.inputs.copy_(self.w["w_in"])[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
@@ -217,16 +220,16 @@ class ExactMLSTM:
         units of 2^-12, exact multiples of 2^-20."""
         w, H = self.w, self.H
         prev = self.IN[t].copy_(inputs)
-        ex = torch.index_select(w["w_in"], 0, prev, out=self.EX[t])
+        ex = torch.index_select(self.inputs, 0, prev, out=self.EX[t])
         hm = torch.mm(self.HS[t], w["w_mh"], out=self.HM[t]).round_()
         m = torch.mul(ex[:, :H], hm, out=self.M[t]).round_().clamp_(-M_MAX * A, M_MAX * A)
-        z = torch.addmm(ex[:, H:], m, w["w_m"], beta=A).add_(w["b"], alpha=A)  # units 2^-12
+        z = torch.addmm(ex[:, H:], m, w["w_m"], beta=A)  # W_x[x] + b + m W_m, units 2^-12
         idx = torch.add(self.gate_off, z, alpha=2.0 ** (FI - FA))
         idx = torch.clamp(idx, self.gate_lo, self.gate_hi).long()
         gates = torch.index_select(self.table, 0, idx.view(-1), out=self.Z[t].view(-1)).view(idx.shape)
         i, f, o, u = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H : 3 * H], gates[:, 3 * H :]
         c = torch.mul(f, self.CS[t], out=self.CS[t + 1]).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
-        cidx = torch.mul(c, 2.0 ** (FI - FA)).add_(self.tanh_off).clamp_(self.tanh_lo, self.tanh_hi).long()
+        cidx = torch.add(self.tanh_off[: len(c)], c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
         tc = torch.index_select(self.table, 0, cidx.view(-1), out=self.TC[t].view(-1)).view(cidx.shape)
         h = torch.mul(o, tc, out=self.HS[t + 1]).round_()
         return torch.addmm(w["b_out"], h, w["w_out"], beta=A)
@@ -312,6 +315,29 @@ def to_master(theta: torch.Tensor) -> torch.Tensor:
     so every machine starts from the same integers."""
     limit = W_MAX * 2.0**FM
     return theta.detach().cpu().double().mul(2.0**FM).round_().clamp_(-limit, limit)
+
+
+def init_master(shape: MLSTMShape, seed: int) -> torch.Tensor:
+    """Online mode's seeded starting weights, made with integers only (torch.randn's floats differ
+    between CPU kernels): each weight is the sum of four uniform 16-bit integers from numpy's PCG64
+    (the same stream on every platform), centred and scaled to unit variance (Irwin-Hall, close to
+    normal), times 1 / sqrt(fan-in) as in `mlstm.init_params`; forget-gate biases start at 1."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    H, parts = shape.hidden, []
+    for name, dims in shape.layout():
+        n = math.prod(dims)
+        if name in ("b", "b_out"):
+            w = np.zeros(n, dtype=np.int64)
+            if name == "b":
+                w[H : 2 * H] = 1 << FM
+        else:
+            u = rng.integers(0, 1 << 16, size=(n, 4), dtype=np.int64).sum(axis=1) * 2 - 4 * ((1 << 16) - 1)
+            # u / 2 has variance 4 (2^32 - 1) / 12: unit variance is u / 2 * sqrt(3) / 2^16
+            fan_in = 1 if name == "w_in" else dims[0]
+            k = math.isqrt(3 * (1 << (2 * (FM - 17 + 24))) // fan_in)  # sqrt(3 / fan_in) 2^(FM-17), in 2^-24
+            w = (u * k + (1 << 23)) >> 24  # |u| < 2^18, k < 2^40: below 2^58
+        parts.append(w)
+    return torch.from_numpy(np.concatenate(parts).astype(np.float64))
 
 
 # --- the update rules ------------------------------------------------------------------------

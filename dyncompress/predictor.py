@@ -19,8 +19,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
-from .mlstm import init_params
+from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, init_master, to_master
 from .model import Model
 from .settings import Settings
 
@@ -71,14 +70,14 @@ class MLSTMPredictor:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.device = prepare_device(settings.device)
         if model is None:
-            theta = init_params(settings.shape, settings.seed)
+            master = init_master(settings.shape, settings.seed)
         elif model.shape != settings.shape:
             raise ValueError(f"model {model.name} has hidden size {model.shape.hidden}, settings say {settings.hidden}")
         else:
-            theta = model.theta
+            master = to_master(model.theta)
         self.model = model
-        # int64 master weights, converted on the CPU (the same integers everywhere), then moved
-        self.theta = to_master(theta).to(self.device)
+        # the master weights (integers), made on the CPU (the same everywhere), then moved
+        self.theta = master.to(self.device)
         self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
         self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
         rule, ms = settings.adapt, model.ms if model else None

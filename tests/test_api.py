@@ -120,19 +120,21 @@ def _rewrite_header(packed: bytes, edit) -> bytes:
     return pack_header(meta) + packed[end:]
 
 
-def test_mismatched_fingerprint_is_refused_up_front():
+def test_failed_self_test_is_refused_up_front_naming_both_platforms():
     packed = compress(b"fingerprint", **SMALL)
     forged = _rewrite_header(packed, lambda m: m.update(fingerprint="0000000000000000"))
-    with pytest.raises(DyncompressError, match="different floating-point results.*0000000000000000"):
+    with pytest.raises(DyncompressError, match="self-test failed.*0000000000000000") as e:
         decompress(forged)
+    assert "\n" not in str(e.value) and str(e.value).count("torch ") == 2
 
 
-def test_cuda_file_on_a_cpu_machine_is_refused(monkeypatch):
-    packed = compress(b"gpu", **SMALL)
+def test_a_file_made_on_a_gpu_decodes_on_the_cpu(monkeypatch):
+    """The device is the decoder's choice: a header that says cuda decodes on a machine without one."""
+    data = corpus("xargs.1")[:2000]
+    packed = compress(data, **SMALL)
     forged = _rewrite_header(packed, lambda m: m["settings"].update(device="cuda"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(DyncompressError, match="CUDA"):
-        decompress(forged)
+    assert decompress(forged) == data
 
 
 def test_unsupported_version_and_wrong_magic():

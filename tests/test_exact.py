@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import corpus
 from dyncompress import exact
 from dyncompress.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
 from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
 from dyncompress.settings import AdaptSettings
-from conftest import corpus
 
 
 def test_shipped_tables_are_what_the_integer_code_builds_and_match_their_hash():
@@ -51,7 +51,8 @@ def _reference_frequencies(logits: np.ndarray) -> np.ndarray:
     out = []
     for row in logits:
         top = max(Fraction(v) for v in row)
-        js = [min(math.floor((top - Fraction(v)) * 2 ** (exact.FI - exact.FA) + Fraction(1, 2)), len(table) - 1) for v in row]
+        scale, last = 2 ** (exact.FI - exact.FA), len(table) - 1
+        js = [min(math.floor((top - Fraction(v)) * scale + Fraction(1, 2)), last) for v in row]
         e = [int(table[j]) for j in js]
         f = [x * (FREQ_TOTAL - 256) // sum(e) + 1 for x in e]
         f[e.index(max(e))] += FREQ_TOTAL - sum(f)
@@ -143,7 +144,8 @@ def test_forward_matches_the_float64_network_and_stays_in_its_formats():
         worst = max(worst, float((torch.from_numpy(freqs) / FREQ_TOTAL - p).abs().max()))
         prev = tokens[t]
         # every activation is an integer within its bound; weights are multiples of 2^-20
-        for x, bound in ((net.HS[t + 1], exact.A), (net.CS[t + 1], exact.C_MAX * exact.A), (net.M[t], exact.M_MAX * exact.A)):
+        bounds = ((net.HS[t + 1], exact.A), (net.CS[t + 1], exact.C_MAX * exact.A), (net.M[t], exact.M_MAX * exact.A))
+        for x, bound in bounds:
             assert torch.equal(x, x.round()) and float(x.abs().max()) <= bound
         assert torch.equal(logits * 2.0**20, (logits * 2.0**20).round())
     assert worst < 0.01, worst  # rounding of activations (2^-12), gates (2^-16) and table inputs (2^-10)

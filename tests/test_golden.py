@@ -1,14 +1,14 @@
 """Golden files: .dc files written by released versions keep decoding, and the encoder still
 writes them byte for byte (a file format is a promise).
 
-tests/golden/NAME.dc was written by dyncompress 0.2.0 (format 1) from NAME.src, by `make.py`
-beside it, under MKL's and ATen's portable kernels (MKL_CBWR=COMPATIBLE,
-ATEN_CPU_CAPABILITY=default), so that format 1's floats are those of any x86-64 machine with the
-same torch. A fresh process under the same variables decodes each file and re-encodes its source
-with the recorded settings. Where that process reproduces the recorded fingerprint (the floats
-agree), the decode must be exact and the re-encoded stream identical to the golden one, header
-(less the platform record) and every frame; where it does not (another torch build or
-architecture), the file must be refused up front in one line. Never a wrong byte.
+format2/NAME.dc was written from NAME.src by `golden/make.py` (format 2, exact arithmetic): every
+version that reads format 2, on every machine, must decode it exactly and re-encode the source
+with the recorded settings to the same header (less the platform record) and the same frames.
+That is checked here in fresh processes under three kernel sets (the machine's best, ATen's
+generic kernels, MKL limited to SSE4.2) and two thread counts.
+
+format1/NAME.dc was written by dyncompress 0.2.0 (float32, format 1). This version does not read
+format 1: it must say so in one line naming the release that does, and write nothing.
 """
 
 import json
@@ -19,18 +19,25 @@ from pathlib import Path
 
 import pytest
 
-from dyncompress.container import parse_header
+from conftest import run_cli
+from dyncompress.container import VERSION, FormatError, parse_header
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-NAMES = sorted(p.stem for p in GOLDEN.glob("*.dc"))
-PORTABLE = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}
+FORMAT2 = sorted(p.stem for p in (GOLDEN / "format2").glob("*.dc"))
+FORMAT1 = sorted(p.stem for p in (GOLDEN / "format1").glob("*.dc"))
+
+KERNELS = {
+    "best": {},
+    "generic": {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"},
+    "sse4.2": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OMP_NUM_THREADS": "1"},
+}
 
 PROBE = """
 import json, sys
 from pathlib import Path
+import torch
 import dyncompress
 from dyncompress.api import resolve_model
-from dyncompress.codec import fingerprint
 from dyncompress.container import parse_header
 from dyncompress.settings import Settings
 
@@ -41,7 +48,7 @@ for path in sys.argv[1:]:
     meta, end = parse_header(packed)
     settings = Settings.from_dict(meta["settings"])
     model = resolve_model(meta["model"]["name"]) if meta["model"] else None
-    r = {"fingerprint": fingerprint(settings, model)}
+    r = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
     try:
         r["decoded"] = dyncompress.decompress(packed) == source
     except dyncompress.DyncompressError as e:
@@ -55,32 +62,45 @@ print(json.dumps(results))
 """
 
 
-@pytest.fixture(scope="module")
-def probed() -> dict:
+@pytest.fixture(scope="module", params=list(KERNELS))
+def probed(request) -> tuple[str, dict]:
     r = subprocess.run(
-        [sys.executable, "-c", PROBE, *(str(GOLDEN / n) for n in NAMES)],
+        [sys.executable, "-c", PROBE, *(str(GOLDEN / "format2" / n) for n in FORMAT2)],
         capture_output=True,
-        env=dict(os.environ, **PORTABLE),
+        env=dict(os.environ, **KERNELS[request.param]),
         timeout=600,
     )
     assert r.returncode == 0, r.stderr.decode()[-3000:]
-    return json.loads(r.stdout)
+    return request.param, json.loads(r.stdout)
 
 
 def test_golden_files_are_there():
-    assert {"online-blocks", "model-default", "model-static", "empty"} <= set(NAMES)
-    for name in NAMES:
-        meta, _ = parse_header((GOLDEN / f"{name}.dc").read_bytes())
-        assert meta["platform"]["dyncompress"] == "0.2.0" and meta["platform"]["cpu_capability"] == "DEFAULT"
+    assert {"online-blocks", "model-default", "model-static", "empty", "online-level9"} <= set(FORMAT2)
+    for name in FORMAT2:
+        meta, _ = parse_header((GOLDEN / "format2" / f"{name}.dc").read_bytes())
+        assert meta["platform"]["dyncompress"].startswith("0.3.")
+    assert {"online-blocks", "model-default", "model-static", "empty"} <= set(FORMAT1)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_golden_file_decodes_and_is_reproduced(probed, name):
-    meta, _ = parse_header((GOLDEN / f"{name}.dc").read_bytes())
-    r = probed[name]
-    if r["fingerprint"] == meta["fingerprint"]:
-        assert r.get("decoded") is True, r
-        assert r["same_meta"] and r["same_frames"], r
-    else:  # this platform computes other floats: refused, never decoded wrongly
-        assert "decoded" not in r and "different floating-point results" in r["error"], r
-        assert "\n" not in r["error"]
+@pytest.mark.parametrize("name", FORMAT2)
+def test_format2_golden_file_decodes_exactly_and_is_reproduced(probed, name):
+    kernels, results = probed
+    r = results[name]
+    if kernels == "generic":
+        assert r["capability"] == "DEFAULT" and r["threads"] == 2
+    assert r.get("decoded") is True, r
+    assert r["same_meta"] and r["same_frames"], r
+
+
+@pytest.mark.parametrize("name", FORMAT1)
+def test_format1_file_is_refused_in_one_line_naming_the_release_that_reads_it(name, tmp_path):
+    packed = (GOLDEN / "format1" / f"{name}.dc").read_bytes()
+    with pytest.raises(FormatError, match=r"format 1.*dyncompress 0\.2\.0") as e:
+        parse_header(packed)
+    assert "\n" not in str(e.value) and VERSION == 2
+    src = tmp_path / f"{name}.dc"
+    src.write_bytes(packed)
+    r = run_cli("decode", str(src))
+    assert r.returncode != 0 and not (tmp_path / name).exists()
+    lines = r.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "0.2.0" in lines[0] and "Traceback" not in lines[0], lines

@@ -1,10 +1,10 @@
 """Write golden .dc files with the dyncompress that is importable (run once per released format).
 
-    MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default python tests/golden/make.py tests/golden
+    python tests/golden/make.py tests/golden/format2
 
-Those two variables select MKL's and ATen's portable kernels, so that the floats of format 1 (and
-with them the fingerprint) are those of any x86-64 machine running the same torch: the test
-decodes under the same variables. Each case writes NAME.src (the original) and NAME.dc.
+Format 2 computes exactly, so any machine writes the same files. (Format 1's files, in
+format1/, were written by 0.2.0 under MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default.)
+Each case writes NAME.src (the original) and NAME.dc.
 """
 
 import sys
@@ -27,6 +27,18 @@ CASES = {
     # the model as trained (level 2: static), another language
     "model-static": ((CORPORA / "quijote_8k.txt").read_bytes()[:3000], dict(level=2, lanes=3, device="cpu")),
     "empty": (b"", dict(model=None, hidden=16, device="cpu")),
+    # online, Adam with momentum (the rms rule's first moment) and rms-decay on stream statistics
+    "online-momentum": (
+        (CORPORA / "alice29.txt").read_bytes()[:2500],
+        dict(model=None, hidden=32, lanes=3, beta1=0.9, device="cpu"),
+    ),
+    "online-decay": (
+        (CORPORA / "fields.c").read_bytes()[:2500],
+        dict(model=None, hidden=48, rule="rms-decay", decay=0.01, device="cpu"),
+    ),
+    # online level 9 (the largest network), and sgd with the model
+    "online-level9": ((CORPORA / "alice29.txt").read_bytes()[5000:6500], dict(model=None, level=9, device="cpu")),
+    "model-sgd": ((CORPORA / "quijote_8k.txt").read_bytes()[3000:5000], dict(rule="sgd", lanes=2, device="cpu")),
 }
 
 if __name__ == "__main__":
