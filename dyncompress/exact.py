@@ -358,21 +358,20 @@ def significant(x: float | Fraction, bits: int) -> float:
 
 
 def floor_sqrt_(v: torch.Tensor) -> torch.Tensor:
-    """floor(sqrt(v)) for float64 integers 0 <= v < 2^52, exactly: a float64 square root (within
-    one unit of the answer) and integer corrections (every product exact)."""
-    r = v.sqrt().floor_()
-    r.sub_((r * r > v).to(r.dtype))
-    r.add_(((r + 1) * (r + 1) <= v).to(r.dtype))
-    return r
+    """floor(sqrt(v)) for float64 integers 0 <= v < 2^52, exactly.
+
+    IEEE square root is correctly rounded, and that is enough: if sqrt(v) = n - d for an integer
+    n <= 2^26, then n^2 - v >= 1 gives d >= 1 / 2n > 2^-27, more than half a unit in the last
+    place of n, so the rounded root stays below n. (`tests/test_exact.py` checks it against
+    Python's math.isqrt, which would catch a platform whose square root is not IEEE.)"""
+    return v.sqrt().floor_()
 
 
 def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """floor(num / den) for float64 integers |num| < 2^52, 1 <= den < 2^52 with |quotient * den|
-    < 2^52, exactly: a float64 division (within one unit) and integer corrections."""
-    q = torch.div(num, den).floor_()
-    q.sub_((q * den > num).to(q.dtype))
-    q.add_(((q + 1) * den <= num).to(q.dtype))
-    return q
+    """floor(num / den) for float64 integers |num| < 2^52, den >= 1, exactly: IEEE division is
+    correctly rounded, and a quotient within 1 / den of an integer n would need |n| den >= 2^53
+    to round onto it."""
+    return torch.div(num, den).floor_()
 
 
 class ExactAdapter:
@@ -387,9 +386,9 @@ class ExactAdapter:
     - rms:        with MS_g: theta -= round(g * R_i * c), R_i = lr / (sqrt(MS_g,i) + eps) to 12
                   significant bits (computed once by IEEE square root and division, correctly
                   rounded on every platform). Without: RMSprop / Adam on the stream, in units of
-                  2^-28: v = round(v b2) + round(g^2 (1 - b2)), rms = floor(sqrt(v)) exactly,
-                  step = floor(lr' m / (rms + eps')) exactly, with Adam's bias corrections in lr'
-                  and eps' (exact fractions).
+                  2^-28: v = round(v b2) + round(g^2 (1 - b2)), rms = floor(sqrt(v)) and
+                  step = floor(lr' m / (rms + eps')), both exact (`floor_sqrt_`, `floor_div_`),
+                  with Adam's bias corrections in lr' and eps' (exact fractions).
     - rms-decay:  the rms step, then theta += round((theta0 - theta) * D_i), D_i = decay * RMS_i /
                   mean(RMS) at most 1 (RMS_i to 10 significant bits, the factor to 6).
 
@@ -498,7 +497,7 @@ class ExactAdapter:
         lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
         eps = max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28)))
         # |num * lr| <= 2^26 * 2^26: exact
-        self.master.sub_(floor_div_(num.mul(float(min(lr, 1 << 26))), rms.add(float(eps))))
+        self.master.sub_(floor_div_(num.mul(float(min(lr, (1 << 26) - 1))), rms.add(float(eps))))
 
 
 def _significant_array(x: np.ndarray, bits: int) -> np.ndarray:

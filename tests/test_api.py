@@ -149,21 +149,21 @@ def test_unsupported_version_and_wrong_magic():
 
 
 def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
-    """If the decoder's floats drift anyway, the block checksum stops it."""
+    """If the decoder drifts anyway (a bug), the block checksum stops it."""
     data = corpus("xargs.1")[:1500]
     packed = compress(data, **SMALL)
     import dyncompress.api as api
     import dyncompress.predictor as predictor
 
-    real_init = predictor.init_params
+    real_init = predictor.init_master
 
     def nudged(shape, seed):
-        theta = real_init(shape, seed)
-        unflatten(shape, theta)["w_mh"][0, 0] += 1e-4  # a recurrent weight: every prediction moves
-        return theta
+        master = real_init(shape, seed)
+        unflatten(shape, master)["w_mh"][0, 0] += 2**20  # a recurrent weight (+2^-12): every prediction moves
+        return master
 
     expected = parse_header(packed)[0]["fingerprint"]
-    monkeypatch.setattr(predictor, "init_params", nudged)
+    monkeypatch.setattr(predictor, "init_master", nudged)
     monkeypatch.setattr(api, "fingerprint", lambda settings, model=None: expected)  # slip past the up-front check
     dec = Decompressor()
     with pytest.raises(DyncompressError, match="diverged"):

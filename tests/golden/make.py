@@ -37,7 +37,7 @@ CASES = {
         dict(model=None, hidden=48, rule="rms-decay", decay=0.01, device="cpu"),
     ),
     # online level 9 (the largest network), and sgd with the model
-    "online-level9": ((CORPORA / "alice29.txt").read_bytes()[5000:6500], dict(model=None, level=9, device="cpu")),
+    "online-level9": ((CORPORA / "alice29.txt").read_bytes()[5000:5600], dict(model=None, level=9, device="cpu")),
     "model-sgd": ((CORPORA / "quijote_8k.txt").read_bytes()[3000:5000], dict(rule="sgd", lanes=2, device="cpu")),
 }
 
