@@ -39,7 +39,7 @@ from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
 from .progress import Progress
-from .settings import Settings, default_device, make_settings
+from .settings import Settings, default_device, default_threads, make_settings
 
 
 def resolve_model(model: str | Model | None) -> Model | None:
@@ -171,8 +171,8 @@ class Decompressor:
         threads: int | None = None,
     ) -> None:
         """`model`: the model to decode with (name, path or Model); default: the one the header names.
-        `device`, `threads`: where to decode [cuda when available, else cpu; the encoder's thread
-        count]. Any device and thread count give the same bytes (the arithmetic is exact)."""
+        `device`, `threads`: where to decode [cuda when available, else cpu; the usable cores, at
+        most 4]. Any device and thread count give the same bytes (the arithmetic is exact)."""
         self._given = model
         self._device, self._threads = device, threads
         self.model: Model | None = None
@@ -208,7 +208,8 @@ class Decompressor:
             raise FormatError(f"corrupt or unsupported header ({e})") from None
         model = self._find_model(needed)
         # the device and thread count are the decoder's own: they change the speed, not the bits
-        settings = replace(settings, device=self._device or default_device(), threads=self._threads or settings.threads)
+        device, threads = self._device or default_device(), self._threads or default_threads()
+        settings = replace(settings, device=device, threads=threads)
         try:
             got = fingerprint(settings, model)  # the self-test: the same on every platform
         except (ValueError, RuntimeError) as e:

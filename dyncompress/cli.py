@@ -351,7 +351,7 @@ MODEL_HELP = (
 @knob(
     "-T",
     click.IntRange(1, 256),
-    "CPU threads while coding [1]. Speed only: any number gives the same bytes.",
+    "CPU threads while coding [the usable cores, at most 4]. Speed only: any number gives the same bytes.",
     "--threads",
 )
 @knob(
@@ -458,7 +458,10 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None, device
 @click.option("-t", "--test", "testing", is_flag=True, help="Decode and verify; write nothing.")
 @click.option("-m", "--model", metavar="NAME|PATH", help=MODEL_HELP)
 @click.option(
-    "-T", "--threads", type=click.IntRange(1, 256), help="CPU threads [the encoder's]. Any number gives the same bytes."
+    "-T",
+    "--threads",
+    type=click.IntRange(1, 256),
+    help="CPU threads [the usable cores, at most 4]. Any number gives the same bytes.",
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Where to decode [cuda when available, else cpu].")
 def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model, threads, device):

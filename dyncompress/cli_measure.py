@@ -135,7 +135,7 @@ def coding_options(f):
         level_options,
         knob("--lanes", click.IntRange(1), "Lanes [the level's, fewer for a small input]."),
         knob("--block-size", click.IntRange(1, MAX_BLOCK_SIZE), "Bytes per block [1 MiB]."),
-        knob("-T", click.IntRange(1, 256), "CPU threads while coding [1].", "--threads"),
+        knob("-T", click.IntRange(1, 256), "CPU threads while coding [the usable cores, at most 4].", "--threads"),
         knob("--device", click.Choice(["cpu", "cuda"]), "Where the model runs [cuda when available]."),
         click.option("-q", "--quiet", is_flag=True, help="No progress line."),
     ]

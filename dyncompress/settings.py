@@ -196,6 +196,21 @@ def lanes_for_size(lanes: int, size: int) -> int:
     return max(1, min(lanes, size // MIN_LANE_BYTES))
 
 
+MAX_DEFAULT_THREADS = 4
+
+
+def default_threads() -> int:
+    """CPU threads while coding unless told: the cores this process may use, at most 4. (Speed only:
+    with the exact arithmetic any count gives the same bits; beyond 4 the small matmuls gain little.)"""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_THREADS, cores))
+
+
 def default_device() -> str:
     import torch
 
@@ -243,9 +258,10 @@ def make_settings(
 
     With a `model`, the level works from the model's recorded defaults and the hidden size is the
     model's; without, it sets the online network (`LEVELS`). The device defaults to CUDA when
-    available, else the CPU. With `size_hint` (the input's length, when known) and no explicit
-    `lanes`, a small input gets fewer lanes (`lanes_for_size`): each lane then sees more gradient
-    steps. A complete `settings` is taken as it is (overrides still apply).
+    available, else the CPU; the threads to the usable cores (at most 4). With `size_hint` (the
+    input's length, when known) and no explicit `lanes`, a small input gets fewer lanes
+    (`lanes_for_size`): each lane then sees more gradient steps. A complete `settings` is taken as
+    it is (overrides still apply).
     """
     if settings is not None and level is not None:
         raise TypeError("give either settings or a level, not both")
@@ -260,4 +276,6 @@ def make_settings(
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     if settings is None and size_hint is not None and "lanes" not in overrides:
         overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
+    if settings is None and "threads" not in overrides:
+        overrides["threads"] = default_threads()
     return _apply(base, {**overrides, "device": device})
