@@ -63,6 +63,12 @@ def recipe(seed: int, max_size: int, fresh_every: int, max_hidden: int = 0) -> d
         settings["rule"] = str(rng.choice(["static", "sgd", "rms", "rms-decay"]))
     if online and rng.random() < 0.2:
         settings["beta1"] = 0.9
+    # keep every trial within about a minute: big inputs get many lanes and large segments
+    if size > 30_000:
+        settings["lanes"] = max(settings.get("lanes", 16), 4 if size <= 200_000 else 16)
+        settings["segment_len"] = max(settings.get("segment_len", 16), 16)
+    if size > 200_000 and settings.get("rule", "static") != "static":
+        settings["rule"] = "static" if not online else "sgd"
     if online and max_hidden:
         settings["hidden"] = int(rng.choice([h for h in (16, 32, 64, 128, 256, 512) if h <= max_hidden] or [16]))
     settings["threads"] = int(rng.integers(1, 3))
@@ -132,20 +138,16 @@ def _fresh(r: dict, data: bytes) -> tuple[str, str]:
 
 
 def worker(index: int, args: argparse.Namespace, queue: mp.Queue) -> None:
+    """Runs trials until the deadline, reporting each to the parent as it ends."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    counts, failures, deadline = Counter(), [], time.monotonic() + args.seconds
+    deadline = time.monotonic() + args.seconds
     seed = args.seed + index
     while time.monotonic() < deadline:
         r = recipe(seed, args.max_size, args.fresh_every, args.max_hidden)
         outcome, detail = run_trial(r)
-        key = f"{'fresh' if r['fresh'] else 'in-process'} {'online' if r['online'] else 'model'}"
-        counts[f"{outcome} {key}"] += 1
-        counts[f"{outcome} {_size_class(r['size'])}"] += 1
-        counts[f"bytes {outcome}"] += r["size"]
-        if outcome == "fail":
-            failures.append({**r, "detail": detail})
+        queue.put(("trial", r, outcome, detail))
         seed += args.workers
-    queue.put((dict(counts), failures))
+    queue.put(("done", index, None, None))
 
 
 def _size_class(n: int) -> str:
@@ -163,21 +165,36 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh-every", type=int, default=10, help="one trial in N runs as fresh CLI processes")
     ap.add_argument("--max-hidden", type=int, default=0, help="cap online mode's network (0: the level's)")
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--grace", type=float, default=120, help="seconds a last trial may run past --seconds")
     ap.add_argument("--failures", type=Path, default=Path("stress-failures.json"))
     args = ap.parse_args(argv)
     started = time.monotonic()
-    queue = mp.get_context("spawn").Queue()
     ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(i, args, queue)) for i in range(args.workers)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
+    counts, failures, running = Counter(), [], len(procs)
+    hard_stop = started + args.seconds + args.grace  # a trial still running then is stopped, not counted
+    while running:
+        try:
+            kind, r, outcome, detail = queue.get(timeout=max(1.0, hard_stop - time.monotonic()))
+        except Exception:  # noqa: BLE001  (queue.Empty: past the hard stop)
+            print(f"stopping {running} worker(s) still in a trial after the grace period", flush=True)
+            break
+        if kind == "done":
+            running -= 1
+            continue
+        key = f"{'fresh' if r['fresh'] else 'in-process'} {'online' if r['online'] else 'model'}"
+        counts[f"{outcome} {key}"] += 1
+        counts[f"{outcome} {_size_class(r['size'])}"] += 1
+        counts[f"bytes {outcome}"] += r["size"]
+        if outcome == "fail":
+            failures.append({**r, "detail": detail})
+            print(f"FAILED: {json.dumps(failures[-1])[:1500]}", flush=True)
     for p in procs:
+        p.terminate()
         p.join()
-    counts, failures = Counter(), []
-    for c, f in results:
-        counts.update(c)
-        failures += f
     ok = sum(v for k, v in counts.items() if k.startswith("ok ") and k.split()[1] in ("in-process", "fresh"))
     bad = sum(v for k, v in counts.items() if k.startswith("fail ") and k.split()[1] in ("in-process", "fresh"))
     print(

@@ -41,7 +41,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from .mlstm import ALPHABET, MLSTMShape, unflatten
+from .mlstm import ALPHABET, CarriedState, MLSTMShape, unflatten
 from .settings import MAX_BATCH, MAX_HIDDEN
 
 FA = 12  # activations
@@ -167,7 +167,7 @@ def rounded(master: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
     return torch.mul(master, 2.0 ** (bits - FM), out=out).round_().mul_(2.0**-bits)
 
 
-class ExactMLSTM:
+class ExactMLSTM(CarriedState):
     """The mLSTM of `mlstm.MLSTM` (same equations, same parameter layout) in exact arithmetic,
     for `batch` lanes and segments of up to `max_steps` steps.
 
@@ -288,25 +288,6 @@ class ExactMLSTM:
         torch.mm(flat(self.HS[:T]).T, flat(dMX), out=g["w_mh"]).mul_(2.0**-FA).round_()
         dEX = torch.cat([dM.mul(self.HM[:T]).mul_(2.0**-FA).round_(), dZ], dim=2)  # (T, B, 5H)
         g["w_in"].zero_().index_add_(0, self.IN[:T].reshape(-1), flat(dEX))
-
-    @torch.no_grad()
-    def carry(self, T: int) -> None:
-        self.HS[0].copy_(self.HS[T])
-        self.CS[0].copy_(self.CS[T])
-
-    @property
-    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.HS[0], self.CS[0]
-
-    @torch.no_grad()
-    def set_state(self, h: torch.Tensor, c: torch.Tensor) -> None:
-        self.HS[0].copy_(h)
-        self.CS[0].copy_(c)
-
-    @torch.no_grad()
-    def reset_state(self) -> None:
-        self.HS[0].zero_()
-        self.CS[0].zero_()
 
 
 def to_master(theta: torch.Tensor) -> torch.Tensor:

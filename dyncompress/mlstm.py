@@ -84,7 +84,37 @@ def unflatten(shape: MLSTMShape, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return views
 
 
-class MLSTM:
+class CarriedState:
+    """The recurrent state carried from segment to segment, for networks that record h and c per
+    step in `HS` and `CS` ((steps + 1, B, H); slot 0 holds the state the segment started from)."""
+
+    HS: torch.Tensor
+    CS: torch.Tensor
+
+    @torch.no_grad()
+    def carry(self, T: int) -> None:
+        """Start the next segment from the state after step T."""
+        self.HS[0].copy_(self.HS[T])
+        self.CS[0].copy_(self.CS[T])
+
+    @property
+    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recurrent state (h, c) the next segment starts from: (B, H) each, views."""
+        return self.HS[0], self.CS[0]
+
+    @torch.no_grad()
+    def set_state(self, h: torch.Tensor, c: torch.Tensor) -> None:
+        self.HS[0].copy_(h)
+        self.CS[0].copy_(c)
+
+    @torch.no_grad()
+    def reset_state(self) -> None:
+        """Zero state: the start of a stream."""
+        self.HS[0].zero_()
+        self.CS[0].zero_()
+
+
+class MLSTM(CarriedState):
     """The network for `batch` lanes, recording up to `max_steps` steps for one backward.
 
     Usage per segment: `step(inputs, t)` for t = 0, 1, ..., T - 1 (inputs: the byte each
@@ -186,25 +216,3 @@ class MLSTM:
         dEX = torch.cat([dM * self.HM[:T], dZ], dim=2)  # (T, B, 5H)
         g["w_in"].zero_().index_add_(0, self.IN[:T].reshape(-1), flat(dEX))
         return nll
-
-    @torch.no_grad()
-    def carry(self, T: int) -> None:
-        """Start the next segment from the state after step T."""
-        self.HS[0].copy_(self.HS[T])
-        self.CS[0].copy_(self.CS[T])
-
-    @property
-    def state(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The recurrent state (h, c) the next segment starts from: (B, H) each, views."""
-        return self.HS[0], self.CS[0]
-
-    @torch.no_grad()
-    def set_state(self, h: torch.Tensor, c: torch.Tensor) -> None:
-        self.HS[0].copy_(h)
-        self.CS[0].copy_(c)
-
-    @torch.no_grad()
-    def reset_state(self) -> None:
-        """Zero state: the start of a stream."""
-        self.HS[0].zero_()
-        self.CS[0].zero_()
