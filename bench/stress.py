@@ -178,10 +178,17 @@ def main(argv=None) -> int:
     hard_stop = started + args.seconds + args.grace  # a trial still running then is stopped, not counted
     while running:
         try:
-            kind, r, outcome, detail = queue.get(timeout=max(1.0, hard_stop - time.monotonic()))
-        except Exception:  # noqa: BLE001  (queue.Empty: past the hard stop)
-            print(f"stopping {running} worker(s) still in a trial after the grace period", flush=True)
-            break
+            kind, r, outcome, detail = queue.get(timeout=5)
+        except Exception:  # noqa: BLE001  (queue.Empty: check the workers and the clock)
+            if time.monotonic() > hard_stop:
+                print(f"stopping {running} worker(s) still in a trial after the grace period", flush=True)
+                break
+            dead = [p for p in procs if not p.is_alive() and p.exitcode]
+            if dead:
+                counts["fail worker died"] += len(dead)
+                print(f"FAILED: {len(dead)} worker(s) died (exit {dead[0].exitcode})", flush=True)
+                break
+            continue
         if kind == "done":
             running -= 1
             continue
@@ -195,8 +202,9 @@ def main(argv=None) -> int:
     for p in procs:
         p.terminate()
         p.join()
-    ok = sum(v for k, v in counts.items() if k.startswith("ok ") and k.split()[1] in ("in-process", "fresh"))
-    bad = sum(v for k, v in counts.items() if k.startswith("fail ") and k.split()[1] in ("in-process", "fresh"))
+    kinds = ("in-process", "fresh", "worker")
+    ok = sum(v for k, v in counts.items() if k.startswith("ok ") and k.split()[1] in kinds)
+    bad = sum(v for k, v in counts.items() if k.startswith("fail ") and k.split()[1] in kinds)
     print(
         f"stress: {ok + bad} round trips in {time.monotonic() - started:.0f} s, {args.workers} workers, "
         f"seed {args.seed}, sizes 0 ... {args.max_size:,}: {ok} exact, {bad} failed"
