@@ -36,7 +36,7 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class AdaptSettings:
-    """The dynamic-evaluation update rule (`adapt.Adapter`)."""
+    """The dynamic-evaluation update rule (`exact.ExactAdapter` in the codec, `adapt.Adapter` in float)."""
 
     rule: str = "rms"
     lr: float = 1.5e-3
