@@ -189,17 +189,24 @@ class ExactMLSTM(CarriedState):
         self.table = torch.cat([torch.from_numpy(sig) * 2.0**-FS, torch.from_numpy(tanh).double()]).to(**f64)
         # gates: columns i, f, o index the sigmoid half, u the tanh half (+0.5: round half up)
         lo = torch.cat([torch.zeros(3 * H), torch.full((H,), 2.0 * R + 1)]).to(**f64)
-        self.gate_off, self.gate_lo, self.gate_hi = lo + R + 0.5, lo, lo + 2 * R
+        self.gate_off, self.gate_lo, self.gate_hi = lo + R + 0.5, lo.expand(B, -1), (lo + 2 * R).expand(B, -1)
         self.tanh_off = torch.full((B, H), 3.0 * R + 1.5, **f64)
         self.tanh_lo, self.tanh_hi = 2.0 * R + 1, 4.0 * R + 1
         self.fw = torch.zeros(master.shape, **f64)
-        self.bw = torch.zeros(master.shape, **f64)
-        self.w, self.wb = unflatten(shape, self.fw), unflatten(shape, self.bw)
+        self.w, self.mw = unflatten(shape, self.fw), unflatten(shape, master)
+        # the backward's copies of W_out, W_m, W_mh, stored transposed (contiguous for its matmuls)
+        self.wbt = {k: torch.zeros(self.mw[k].T.shape, **f64) for k in ("w_out", "w_m", "w_mh")}
         self.inputs = torch.zeros(ALPHABET, 5 * H, **f64)  # w_in's rows with b added to the W_x part
+        self.w_in_size = self.inputs.numel()  # w_in comes first in the layout
+        # the W_x part again as the gates' table indices before the m W_m term: 2^-2 (W_x[x] + b)
+        # in units of 2^-12, plus the offsets (exact: multiples of 2^-10 below 2^16)
+        self.gate_in = torch.zeros(ALPHABET, 4 * H, **f64)
         self.grad = torch.zeros(master.shape, **f64)
         self.g = unflatten(shape, self.grad)
         self.IN = torch.zeros(n, B, dtype=torch.long, device=dev)
-        self.EX = torch.zeros(n, B, 5 * H, **f64)
+        self.EXM = torch.zeros(n, B, H, **f64)  # the W_mx rows each step read
+        self.GZ = torch.zeros(B, 4 * H, **f64)  # the gates' table indices (as floats) of a step
+        self.idx = torch.zeros(B, 4 * H, dtype=torch.long, device=dev)
         self.HM = torch.zeros(n, B, H, **f64)
         self.M = torch.zeros(n, B, H, **f64)
         self.Z = torch.zeros(n, B, 4 * H, **f64)  # i, f, o (2^-16) and u (units 2^-12)
@@ -207,31 +214,47 @@ class ExactMLSTM(CarriedState):
         self.TC = torch.zeros(n, B, H, **f64)
         self.HS = torch.zeros(n + 1, B, H, **f64)
         self.F = torch.zeros(n, B, ALPHABET, **f64)  # the frequencies coded at each step
+        # every step's views, made once (slicing them anew each step costs more than some kernels)
+        Z = self.Z
+        self.views = [
+            (self.IN[t], self.EXM[t], self.HS[t], self.HM[t], self.M[t], Z[t].view(-1),
+             Z[t, :, :H], Z[t, :, H : 2 * H], Z[t, :, 2 * H : 3 * H], Z[t, :, 3 * H :],
+             self.CS[t], self.CS[t + 1], self.TC[t], self.TC[t].view(-1), self.HS[t + 1])
+            for t in range(n)
+        ]  # fmt: skip
         self.refresh()
 
     def refresh(self) -> None:
-        rounded(self.master, FW, self.fw)
-        rounded(self.master, FB, self.bw)
-        self.inputs.copy_(self.w["w_in"])[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
+        """Round the master weights into what the kernels read: w_in straight into the input table
+        (`fw` leaves its w_in part unused), the rest into `fw`, and the three matrices the
+        backward reads, transposed, into `wbt`."""
+        n = self.w_in_size
+        rounded(self.master[:n], FW, self.inputs.view(-1))
+        rounded(self.master[n:], FW, self.fw[n:])
+        self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
+        torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
+        for name, out in self.wbt.items():
+            rounded(self.mw[name].T, FB, out)
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
         """Step t for every lane given the byte each saw last; returns the logits (B, 256) in
         units of 2^-12, exact multiples of 2^-20."""
-        w, H = self.w, self.H
-        prev = self.IN[t].copy_(inputs)
-        ex = torch.index_select(self.inputs, 0, prev, out=self.EX[t])
-        hm = torch.mm(self.HS[t], w["w_mh"], out=self.HM[t]).round_()
-        m = torch.mul(ex[:, :H], hm, out=self.M[t]).round_().clamp_(-M_MAX * A, M_MAX * A)
-        z = torch.addmm(ex[:, H:], m, w["w_m"], beta=A)  # W_x[x] + b + m W_m, units 2^-12
-        idx = torch.add(self.gate_off, z, alpha=2.0 ** (FI - FA))
-        idx = torch.clamp(idx, self.gate_lo, self.gate_hi).long()
-        gates = torch.index_select(self.table, 0, idx.view(-1), out=self.Z[t].view(-1)).view(idx.shape)
-        i, f, o, u = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H : 3 * H], gates[:, 3 * H :]
-        c = torch.mul(f, self.CS[t], out=self.CS[t + 1]).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
-        cidx = torch.add(self.tanh_off[: len(c)], c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
-        tc = torch.index_select(self.table, 0, cidx.view(-1), out=self.TC[t].view(-1)).view(cidx.shape)
-        h = torch.mul(o, tc, out=self.HS[t + 1]).round_()
+        w = self.w
+        prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
+        prev.copy_(inputs)
+        torch.index_select(self.inputs[:, : self.H], 0, prev, out=exm)
+        torch.mm(h0, w["w_mh"], out=hm).round_()
+        torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
+        # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
+        # clamped to the table and rounded half up by the truncation (all exact)
+        gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ).addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
+        self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
+        torch.index_select(self.table, 0, self.idx.view(-1), out=gates)
+        c = torch.mul(f, c0, out=c1).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
+        cidx = torch.add(self.tanh_off, c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
+        torch.index_select(self.table, 0, cidx.view(-1), out=tc_flat)
+        h = torch.mul(o, tc, out=h1).round_()
         return torch.addmm(w["b_out"], h, w["w_out"], beta=A)
 
     @torch.no_grad()
@@ -247,14 +270,14 @@ class ExactMLSTM(CarriedState):
         Truncated BPTT as in `mlstm.MLSTM.backward`; d/dlogits = p - onehot with p the coded
         frequencies / 2^24, rounded to 2^-16.
         """
-        wb, g, H = self.wb, self.g, self.H
+        wbt, g, H = self.wbt, self.g, self.H
         B = targets.shape[1]
         Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
         onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
         dl = self.F[:T].sub(onehot, alpha=FREQ_TOTAL).mul_(2.0 ** (G - FREQ_BITS)).round_()
         dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
-        dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
+        dH = torch.matmul(dl, wbt["w_out"]).round_()  # (T, B, H)
         # dc/dh through h = o tanh(c), as a multiple of 2^-16
         dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)
         # what dc, dc, dh, dc multiply for the pre-activations i, f, o, u (multiples of 2^-16)
@@ -262,22 +285,23 @@ class ExactMLSTM(CarriedState):
         K = torch.cat([u, CS, TC], dim=2).mul_(slope).mul_(2.0 ** (FS - FA)).round_()
         Ku = (A * A - u * u).mul_(2.0**-FA).mul_(i).mul_(2.0 ** (FS - FA)).round_()
         K = torch.cat([K, Ku], dim=2).mul_(2.0**-FS)
-        exm = self.EX[:T, :, :H]
+        exm = self.EXM[:T]
 
         dZ = torch.empty(T, B, 4 * H, dtype=torch.float64, device=dl.device)
         dMX = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
         dM = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
         dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
-        w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
-        for t in range(T - 1, -1, -1):
-            dh = dH[t].add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
-            dc = torch.mul(dh, dcfd[t]).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
-            torch.mul(torch.cat([dc, dc, dh, dc], dim=1), K[t], out=dZ[t]).round_().clamp_(-DZ_MAX, DZ_MAX)
-            dm = torch.mm(dZ[t], w_m_t, out=dM[t]).round_().clamp_(-GRAD_MAX, GRAD_MAX)
-            dmx = torch.mul(dm, exm[t], out=dMX[t]).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+        w_m_t, w_mh_t = wbt["w_m"], wbt["w_mh"]
+        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f)))  # views per step
+        for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t in reversed(list(steps)):
+            dh = dh_t.add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
+            dc = torch.mul(dh, dcfd_t).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
+            torch.mul(torch.cat([dc, dc, dh, dc], dim=1), K_t, out=dZ_t).round_().clamp_(-DZ_MAX, DZ_MAX)
+            dm = torch.mm(dZ_t, w_m_t, out=dM_t).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+            dmx = torch.mul(dm, exm_t, out=dMX_t).round_().clamp_(-GRAD_MAX, GRAD_MAX)
             dh_next = torch.mm(dmx, w_mh_t).round_()
-            dc_next = torch.mul(dc, f[t]).round_()
+            dc_next = torch.mul(dc, f_t).round_()
 
         # weight gradients: one matmul each over all T*B positions, rescaled to units of 2^-16
         flat = lambda x: x.reshape(T * B, -1)  # noqa: E731
@@ -431,29 +455,63 @@ class ExactAdapter:
     def update(self, grad: torch.Tensor, count: int) -> None:
         """One step with the summed gradient `grad` (float64 integers, units 2^-16) of `count` bytes."""
         s = self.s
-        g = grad.clamp_(-self.G_MAX, self.G_MAX)
-        big = int(g.abs().max())
+        lo, hi = torch.aminmax(grad)
+        big = max(float(hi), -float(lo))  # max |g|: exact
         if big == 0:
             return
-        shift = big.bit_length() - 14
-        q = torch.mul(g, 2.0**-shift).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
-        # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
-        norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
-        scale = Fraction(1, count)
-        if s.clip > 0 and norm > Fraction(s.clip) * count:
-            scale = Fraction(s.clip) / norm
-        scale *= 1 << (FM - G)  # units 2^-16 -> 2^-32
-        theta = self.master
+        g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
+        scale = self._scale(g, min(big, self.G_MAX), count) * (1 << (FM - G))  # units 2^-16 -> 2^-32
+        theta, work = self.master, self._work(grad)
         if s.rule == "sgd":
-            theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22)).round_())
+            theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
         elif self.R is not None:
-            theta.sub_(torch.mul(g, self.R).mul_(significant(scale, 11)).round_())
+            theta.sub_(torch.mul(g, self._rates(significant(scale, 11)), out=work).round_())
         else:
-            self._stream_step(torch.mul(g, significant(scale / 16, 22)).round_())
+            self._stream_step(torch.mul(g, significant(scale / 16, 22), out=work).round_())
         if s.rule == "rms-decay" and s.decay > 0:
             D = self.D if self.D is not None else self._decay_rates(self._rms)
-            theta.add_(torch.sub(self.theta0, theta).mul_(D).round_())
+            theta.add_(torch.sub(self.theta0, theta, out=work).mul_(D).round_())
         theta.clamp_(-self.limit, self.limit)
+
+    # The clip's norm (below) comes from q = round(g 2^-shift), max |q| in [2^13, 2^14]: it is
+    # within sqrt(n) 2^(shift-1) of |g|, and |g| >= max |g| >= 2^(shift+13), so within
+    # sqrt(n) / 2^14 < 18 % of |g| for the n < 2^23 parameters of any allowed network. So when
+    # the float norm of g (a filter only, off by far less than 1e-6) is below CLEAR = 0.8 of the
+    # limit, the exact norm is below 0.8 * 1.18 < 1 of it and the clip cannot apply: the exact
+    # norm is computed only when it might.
+    CLEAR = 0.8
+
+    def _scale(self, g: torch.Tensor, big: float, count: int) -> Fraction:
+        """1 / count, or the clip's smaller factor: clip / |g| (from the exact norm below)."""
+        s = self.s
+        scale = Fraction(1, count)
+        if s.clip <= 0:
+            return scale
+        limit = s.clip * count * (1 << G)  # in units of 2^-16
+        if math.sqrt(float(torch.dot(g, g))) < self.CLEAR * limit:  # (float: only a filter)
+            return scale
+        shift = int(big).bit_length() - 14
+        q = torch.mul(g, 2.0**-shift, out=self._work(g)).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
+        # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
+        norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
+        if norm > Fraction(s.clip) * count:
+            scale = Fraction(s.clip) / norm
+        return scale
+
+    def _work(self, like: torch.Tensor) -> torch.Tensor:
+        """A scratch vector the size of the weights (kept: a fresh one per step costs page faults)."""
+        if getattr(self, "_scratch", None) is None or self._scratch.shape != like.shape:
+            self._scratch = torch.empty_like(like)
+        return self._scratch
+
+    def _rates(self, c: float) -> torch.Tensor:
+        """R_i c (exact: 12 and 11 significant bits), kept while c repeats (it usually does)."""
+        if getattr(self, "_rates_for", None) != c:
+            if getattr(self, "_rc", None) is None:
+                self._rc = torch.empty_like(self.R)
+            torch.mul(self.R, c, out=self._rc)
+            self._rates_for = c
+        return self._rc
 
     def _stream_step(self, gm: torch.Tensor) -> None:
         """RMSprop / Adam on statistics gathered from the stream; gm: mean gradient, units 2^-28."""

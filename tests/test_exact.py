@@ -222,14 +222,15 @@ def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
     """Steps of ~1e-4 of a weight's size change the forward copy (2^-20 units) of most weights."""
     s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
     net = ExactMLSTM(SHAPE, master, 2, 4)
-    before = net.fw.clone()
+    seen = lambda: torch.cat([net.inputs.view(-1), net.fw[net.w_in_size :]])  # noqa: E731  (what the forward reads)
+    before = seen()
     theta = master * 2.0**-exact.FM
     ad = ExactAdapter(s, master, None, start)
     grad = torch.round(theta * 1e-4 * 2.0**exact.G * 256)  # a step of 1e-4 * theta
     ad.update(grad, 256)
     net.refresh()
     big = theta.abs() > 0.05
-    moved = (net.fw != before)[big].float().mean()
+    moved = (seen() != before)[big].float().mean()
     assert moved > 0.95, moved
 
 
@@ -239,3 +240,28 @@ def test_update_keeps_weights_bounded_and_integer():
     ad.update(torch.full(master.shape, -(2.0**30)), 1)
     assert float(master.abs().max()) <= exact.W_MAX * 2.0**exact.FM
     assert torch.equal(master, master.round())
+
+
+@pytest.mark.parametrize("rule", ["sgd", "rms-decay"])
+def test_the_clip_filter_never_changes_a_step(rule):
+    """The float norm only decides whether the exact norm is needed: with the filter off (every
+    norm exact) each step comes out bit-identical, for gradients from far below to far above the
+    clip, spread over many weights (where rounding to 14 bits moves the exact norm most) or few."""
+    rng = np.random.default_rng(11)
+    n = SHAPE.num_params
+    count = 256
+    limit = count * 2.0**exact.G  # clip = 1: the summed gradient's norm limit, in units of 2^-16
+    ms = torch.from_numpy(rng.uniform(1e-8, 1e-4, size=n)).float()
+    for ratio in (0.05, 0.5, 0.79, 0.81, 0.95, 1.0, 1.05, 3.0):
+        for spread in ("many", "few"):
+            g = rng.normal(size=n) if spread == "many" else rng.normal(size=n) * (rng.random(n) < 1e-3)
+            g = torch.from_numpy(np.round(g / np.linalg.norm(g) * limit * ratio))
+            results = []
+            for clear in (ExactAdapter.CLEAR, 0.0):
+                s, master, start = _adapter(rule, lr=1e-3 if rule != "sgd" else 0.1, decay=1e-2, clip=1.0)
+                ad = ExactAdapter(s, master, ms if rule != "sgd" else None, start + 2.0**20)
+                ad.CLEAR = clear
+                ad.update(g.clone(), count)
+                results.append(master)
+            assert torch.equal(results[0], results[1]), (ratio, spread)
+            assert not torch.equal(results[0], start), (ratio, spread)
