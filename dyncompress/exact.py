@@ -293,7 +293,7 @@ class ExactMLSTM(CarriedState):
         dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         w_m_t, w_mh_t = wbt["w_m"], wbt["w_mh"]
-        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f)))  # views per step
+        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f)), strict=True)  # views per step
         for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t in reversed(list(steps)):
             dh = dh_t.add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
             dc = torch.mul(dh, dcfd_t).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
