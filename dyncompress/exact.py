@@ -193,9 +193,8 @@ class ExactMLSTM(CarriedState):
         self.tanh_off = torch.full((B, H), 3.0 * R + 1.5, **f64)
         self.tanh_lo, self.tanh_hi = 2.0 * R + 1, 4.0 * R + 1
         self.fw = torch.zeros(master.shape, **f64)
-        self.w, self.mw = unflatten(shape, self.fw), unflatten(shape, master)
-        # the backward's copies of W_out, W_m, W_mh, stored transposed (contiguous for its matmuls)
-        self.wbt = {k: torch.zeros(self.mw[k].T.shape, **f64) for k in ("w_out", "w_m", "w_mh")}
+        self.bw = torch.zeros(master.shape, **f64)  # (its w_in part unused)
+        self.w, self.wb = unflatten(shape, self.fw), unflatten(shape, self.bw)
         self.inputs = torch.zeros(ALPHABET, 5 * H, **f64)  # w_in's rows with b added to the W_x part
         self.w_in_size = self.inputs.numel()  # w_in comes first in the layout
         # the W_x part again as the gates' table indices before the m W_m term: 2^-2 (W_x[x] + b)
@@ -227,14 +226,15 @@ class ExactMLSTM(CarriedState):
     def refresh(self) -> None:
         """Round the master weights into what the kernels read: w_in straight into the input table
         (`fw` leaves its w_in part unused), the rest into `fw`, and the three matrices the
-        backward reads, transposed, into `wbt`."""
+        backward reads (W_mh, W_m, W_out, with the small b and b_out) into `bw`. (Storing the
+        backward's matrices transposed, for contiguous matmuls, costs more in rounding them than it
+        saves.)"""
         n = self.w_in_size
         rounded(self.master[:n], FW, self.inputs.view(-1))
         rounded(self.master[n:], FW, self.fw[n:])
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
-        for name, out in self.wbt.items():
-            rounded(self.mw[name].T, FB, out)
+        rounded(self.master[n:], FB, self.bw[n:])
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
@@ -270,14 +270,14 @@ class ExactMLSTM(CarriedState):
         Truncated BPTT as in `mlstm.MLSTM.backward`; d/dlogits = p - onehot with p the coded
         frequencies / 2^24, rounded to 2^-16.
         """
-        wbt, g, H = self.wbt, self.g, self.H
+        wb, g, H = self.wb, self.g, self.H
         B = targets.shape[1]
         Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
         onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
         dl = self.F[:T].sub(onehot, alpha=FREQ_TOTAL).mul_(2.0 ** (G - FREQ_BITS)).round_()
         dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
-        dH = torch.matmul(dl, wbt["w_out"]).round_()  # (T, B, H)
+        dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
         # dc/dh through h = o tanh(c), as a multiple of 2^-16
         dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)
         # what dc, dc, dh, dc multiply for the pre-activations i, f, o, u (multiples of 2^-16)
@@ -292,7 +292,7 @@ class ExactMLSTM(CarriedState):
         dM = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
         dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
-        w_m_t, w_mh_t = wbt["w_m"], wbt["w_mh"]
+        w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
         steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f)), strict=True)  # views per step
         for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t in reversed(list(steps)):
             dh = dh_t.add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
