@@ -78,13 +78,14 @@ def main() -> None:
     ap.add_argument("old_python", help="python of the virtual environment with release 0.2.0")
     ap.add_argument("--decode", nargs="*", default=["alice29"], help="inputs to time decoding on")
     ap.add_argument("--inputs", nargs="*", default=list(INPUTS))
+    ap.add_argument("--one-thread", action=argparse.BooleanOptionalAction, default=True, help="also both at 1 thread")
     args = ap.parse_args()
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"# {platform.machine()} {cpu}, {os.cpu_count()} cores, python {platform.python_version()}")
     rows = []
     for name in args.inputs:
         decode = name in args.decode
-        for label, settings in (("default", {}), ("1 thread", {"threads": 1})):
+        for label, settings in (("default", {}), ("1 thread", {"threads": 1}))[: 2 if args.one_thread else 1]:
             old = child(args.old_python, name, settings, decode, "/")
             new = child(sys.executable, name, settings, decode, str(ROOT))
             n = new["n"]
