@@ -200,6 +200,7 @@ class ExactMLSTM(CarriedState):
         # the W_x part again as the gates' table indices before the m W_m term: 2^-2 (W_x[x] + b)
         # in units of 2^-12, plus the offsets (exact: multiples of 2^-10 below 2^16)
         self.gate_in = torch.zeros(ALPHABET, 4 * H, **f64)
+        self.mx_rows = self.inputs[:, :H]  # the W_mx part (a view)
         self.grad = torch.zeros(master.shape, **f64)
         self.g = unflatten(shape, self.grad)
         self.IN = torch.zeros(n, B, dtype=torch.long, device=dev)
@@ -243,7 +244,7 @@ class ExactMLSTM(CarriedState):
         w = self.w
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)
-        torch.index_select(self.inputs[:, : self.H], 0, prev, out=exm)
+        torch.index_select(self.mx_rows, 0, prev, out=exm)
         torch.mm(h0, w["w_mh"], out=hm).round_()
         torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
         # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
@@ -401,11 +402,16 @@ class ExactAdapter:
     """
 
     G_MAX = float(1 << 30)
+    MAX_PARAMS = 1 << 23  # the clip filter's bound (below) holds for fewer (hidden 1024: 6.8 M)
 
     def __init__(self, settings, master: torch.Tensor, ms: torch.Tensor | None, theta0: torch.Tensor) -> None:
+        if master.numel() >= self.MAX_PARAMS:
+            raise ValueError(f"{master.numel()} weights: the exact update is bounded for fewer than 2^23")
         self.s, self.master, self.theta0 = settings, master, theta0
         self.limit = float(W_MAX << FM)
         self.R = self.D = None
+        self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
+        self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
         dev = master.device
         if ms is not None and settings.rule in ("rms", "rms-decay"):
             rms = np.sqrt(ms.detach().cpu().numpy().astype(np.float64))
@@ -461,7 +467,7 @@ class ExactAdapter:
             return
         g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
         scale = self._scale(g, min(big, self.G_MAX), count) * (1 << (FM - G))  # units 2^-16 -> 2^-32
-        theta, work = self.master, self._work(grad)
+        theta, work = self.master, self.work
         if s.rule == "sgd":
             theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
         elif self.R is not None:
@@ -475,7 +481,7 @@ class ExactAdapter:
 
     # The clip's norm (below) comes from q = round(g 2^-shift), max |q| in [2^13, 2^14]: it is
     # within sqrt(n) 2^(shift-1) of |g|, and |g| >= max |g| >= 2^(shift+13), so within
-    # sqrt(n) / 2^14 < 18 % of |g| for the n < 2^23 parameters of any allowed network. So when
+    # sqrt(n) / 2^14 < 18 % of |g| for n < MAX_PARAMS = 2^23 parameters. So when
     # the float norm of g (a filter only, off by far less than 1e-6) is below CLEAR = 0.8 of the
     # limit, the exact norm is below 0.8 * 1.18 < 1 of it and the clip cannot apply: the exact
     # norm is computed only when it might.
@@ -491,25 +497,17 @@ class ExactAdapter:
         if math.sqrt(float(torch.dot(g, g))) < self.CLEAR * limit:  # (float: only a filter)
             return scale
         shift = int(big).bit_length() - 14
-        q = torch.mul(g, 2.0**-shift, out=self._work(g)).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
+        q = torch.mul(g, 2.0**-shift, out=self.work).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
         # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
         norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
         if norm > Fraction(s.clip) * count:
             scale = Fraction(s.clip) / norm
         return scale
 
-    def _work(self, like: torch.Tensor) -> torch.Tensor:
-        """A scratch vector the size of the weights (kept: a fresh one per step costs page faults)."""
-        if getattr(self, "_scratch", None) is None or self._scratch.shape != like.shape:
-            self._scratch = torch.empty_like(like)
-        return self._scratch
-
     def _rates(self, c: float) -> torch.Tensor:
         """R_i c (exact: 12 and 11 significant bits), kept while c repeats (it usually does)."""
-        if getattr(self, "_rates_for", None) != c:
-            if getattr(self, "_rc", None) is None:
-                self._rc = torch.empty_like(self.R)
-            torch.mul(self.R, c, out=self._rc)
+        if self._rates_for != c:
+            self._rc = torch.mul(self.R, c, out=self._rc if self._rc is not None else torch.empty_like(self.R))
             self._rates_for = c
         return self._rc
 

@@ -265,3 +265,10 @@ def test_the_clip_filter_never_changes_a_step(rule):
                 results.append(master)
             assert torch.equal(results[0], results[1]), (ratio, spread)
             assert not torch.equal(results[0], start), (ratio, spread)
+
+
+def test_the_update_refuses_more_weights_than_its_bounds_allow():
+    s = AdaptSettings(rule="sgd")
+    big = torch.zeros(ExactAdapter.MAX_PARAMS)
+    with pytest.raises(ValueError, match="2\\^23"):
+        ExactAdapter(s, big, None, big)
