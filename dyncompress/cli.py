@@ -25,6 +25,8 @@ from . import __version__, cli_measure
 from .cli_base import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXPERTS_HELP,
+    ExpertsParam,
     Failure,
     Fatal,
     knob,
@@ -202,13 +204,26 @@ def describe(name: str, reader) -> str:
             f"  {_PARTS.get(part, part):<15} " + ", ".join(f"{k}={v}" for k, v in c.items())
             for part, c in nested.items()
         ),
+        *_tables_line(meta.get("settings", {})),
         f"  fingerprint     {meta.get('fingerprint')}",
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
     ]
     return "\n".join(lines)
 
 
-_PARTS = {"adapt": "adaptation"}  # how `info` titles a nested config (default: its key)
+_PARTS = {"adapt": "adaptation", "mix": "experts"}  # how `info` titles a nested config (default: its key)
+
+
+def _tables_line(settings: dict) -> list[str]:
+    """The memory the experts' tables need to decode (none for the network alone)."""
+    from .mix import table_bytes
+    from .settings import MixSettings
+
+    try:
+        size = table_bytes(MixSettings(**settings["mix"]), int(settings["lanes"]))
+    except (KeyError, TypeError, ValueError):
+        return []
+    return [f"  tables          {size / 2**20:,.0f} MiB at most"] if size else []
 
 
 def _model_line(model) -> str:
@@ -348,6 +363,7 @@ MODEL_HELP = (
 @knob("--eps", click.FloatRange(0, min_open=True), f"Added to the RMS [{D.adapt.eps}].")
 @knob("--clip", click.FloatRange(0), f"Max gradient norm per step, 0 = none [{D.adapt.clip}].")
 @knob("--seed", click.IntRange(0, 2**63 - 1), f"Seed of the starting weights [{D.seed}].")
+@knob("--experts", ExpertsParam(), EXPERTS_HELP)
 @knob(
     "-T",
     click.IntRange(1, 256),

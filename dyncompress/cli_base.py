@@ -39,6 +39,31 @@ def setting(name: str, kind, default, help: str, *more_names: str):
     return click.option(name, *more_names, type=kind, default=default, show_default=True, help=help)
 
 
+class ExpertsParam(click.ParamType):
+    """--experts: 'all', 'none', or names from settings.EXPERTS joined by commas."""
+
+    name = "LIST"
+
+    def convert(self, value, param, ctx):
+        from .settings import EXPERTS
+
+        if value == "all":
+            return ",".join(EXPERTS)
+        if value == "none":
+            return ""
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in EXPERTS]
+        if unknown or not names:
+            self.fail(f"{value!r}: choose 'all', 'none' or from {', '.join(EXPERTS)}", param, ctx)
+        return ",".join(n for n in EXPERTS if n in names)  # one spelling per set
+
+
+EXPERTS_HELP = (
+    "Byte statistics mixed with the network: 'all', 'none' (the network alone), or a list of "
+    "orders (order-1...6 contexts), word (word contexts), match (long repeats) [all]."
+)
+
+
 def level_options(f):
     """-1 ... -9 into `level` (None: the default, -6)."""
     for n in range(9, 0, -1):

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from .cli_base import Fatal, knob, level_options, loading
+from .cli_base import EXPERTS_HELP, ExpertsParam, Fatal, knob, level_options, loading
 from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
@@ -137,6 +137,7 @@ def coding_options(f):
         knob("--block-size", click.IntRange(1, MAX_BLOCK_SIZE), "Bytes per block [1 MiB]."),
         knob("-T", click.IntRange(1, 256), "CPU threads while coding [the usable cores, at most 4].", "--threads"),
         knob("--device", click.Choice(["cpu", "cuda"]), "Where the model runs [cuda when available]."),
+        knob("--experts", ExpertsParam(), EXPERTS_HELP),
         click.option("-q", "--quiet", is_flag=True, help="No progress line."),
     ]
     for option in reversed(options):
@@ -181,6 +182,7 @@ def eval_(
     block_size,
     threads,
     device,
+    experts,
     quiet,
     rules,
     segment_len,
@@ -216,7 +218,9 @@ def eval_(
     src, data = _read(source)
     if not data:
         raise Fatal(f"{source}: empty input, nothing to measure")
-    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, segment_len=segment_len, **_threads(threads))
+    knobs = _knobs(
+        lanes=lanes, block_size=block_size, device=device, segment_len=segment_len, experts=experts, **_threads(threads)
+    )
     adapt = _knobs(lr=lr, decay=decay)
     origin = f"model {pretrained.name}" if pretrained else "online"
     click.echo(f"{source}: {len(data):,} bytes; {origin}")
@@ -305,7 +309,22 @@ def _values(text: str | None, kind, name: str) -> list | None:
     "(may be the model's own path: its sha256 then changes).",
 )
 def tune(
-    source, model, level, lanes, block_size, threads, device, quiet, online, rule, lrs, decays, segments, search, output
+    source,
+    model,
+    level,
+    lanes,
+    block_size,
+    threads,
+    device,
+    experts,
+    quiet,
+    online,
+    rule,
+    lrs,
+    decays,
+    segments,
+    search,
+    output,
 ):
     """Search learning rate, decay and segment length for the fewest bits on SOURCE (a validation slice).
 
@@ -325,7 +344,7 @@ def tune(
     src, data = _read(source)
     if not data:
         raise Fatal(f"{source}: empty input, nothing to tune on")
-    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, **_threads(threads))
+    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
     try:
         base = make_settings(level=level, size_hint=len(data), model=pretrained, rule=rule, **knobs)
     except ValueError as e:
@@ -392,7 +411,7 @@ def tune(
 @click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
 @coding_options
 @click.option("--online", is_flag=True, help="dyncompress in online mode (no pretrained model).")
-def bench(sources, model, level, lanes, block_size, threads, device, quiet, online):
+def bench(sources, model, level, lanes, block_size, threads, device, experts, quiet, online):
     """Bits per byte and speed of dyncompress next to zlib, bz2, lzma (and zstd, brotli if installed).
 
     Every compressor's output is decoded and compared with the input. SOURCE: FILE,
@@ -404,7 +423,7 @@ def bench(sources, model, level, lanes, block_size, threads, device, quiet, onli
     if online and model:
         raise click.UsageError("--online and --model contradict each other")
     pretrained = None if online else _model(model)
-    knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, **_threads(threads))
+    knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
     ours = f"dyncompress -{level or 6}" + (" --online" if online else "")
     for spec in sources:
         src, data = _read(spec)

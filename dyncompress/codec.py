@@ -71,8 +71,8 @@ class Codec:
         for start in range(0, steps, self.s.segment_len):
             stop = min(start + self.s.segment_len, steps)
             for t in range(start, stop):
-                freqs = self.predictor.step(self.prev)  # (B, 256) int64
                 k = int(active[t])
+                freqs = self.predictor.step(self.prev, k)  # (B, 256) int64
                 coder.code(freqs[:k], tokens[t, :k])
                 self.prev = tokens[t].copy()
             self.nats += self.predictor.adapt(tokens[start:stop], active[start:stop])

@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from .errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-VERSION = 2  # 2: exact integer-valued arithmetic (dyncompress 0.3); 1: float32 (0.1, 0.2)
+VERSION = 3  # 3: experts mixed with the network (0.4); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
+READS = (2, 3)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
+# Format 2 coded with the network alone: its settings read as format 3's with no experts.
+FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
 MAX_META = 1 << 20
 MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
@@ -86,8 +89,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
             f"this file is format {version}, made by dyncompress {release} or earlier; this version reads format "
             f"{VERSION}: decode it with dyncompress {release} (pip install 'dyncompress=={release}')"
         )
-    if version != VERSION:
-        raise FormatError(f"unsupported format version {version} (this dyncompress reads version {VERSION})")
+    if version not in READS:
+        raise FormatError(f"unsupported format version {version} (this dyncompress reads versions 2 and 3)")
     if meta_len > MAX_META:
         raise FormatError("corrupt header (implausible length)")
     end = pos + _HEAD.size + meta_len + _CRC.size
@@ -102,6 +105,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
         raise FormatError(f"corrupt header ({e})") from None
     if not isinstance(meta, dict):
         raise FormatError("corrupt header (not a settings record)")
+    if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
+        meta["settings"]["mix"] = dict(FORMAT2_MIX)
     return meta, end
 
 

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, init_master, to_master
+from .mix import Experts
+from .mlstm import ALPHABET
 from .model import Model
 from .settings import Settings
 
@@ -28,9 +30,10 @@ class Predictor(Protocol):
     lanes: int
     segment_len: int  # most steps between two `adapt` calls
 
-    def step(self, inputs: np.ndarray) -> np.ndarray:
+    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         """(lanes,) previous bytes -> (lanes, 256) next-byte frequencies: int64, each >= 1,
-        summing to `exact.FREQ_TOTAL` (2^24) in every row: what the range coder codes with."""
+        summing to `exact.FREQ_TOTAL` (2^24) in every row: what the range coder codes with.
+        `active`: how many lanes (from the first) code a byte at this step."""
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
         """Learn from the steps since the last call: targets (T, lanes) are the bytes that came,
@@ -79,9 +82,10 @@ class MLSTMPredictor:
         self.adapter = None if rule.rule == "static" else ExactAdapter(rule, self.theta, ms, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
 
-    def step(self, inputs: np.ndarray) -> np.ndarray:
+    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         logits = self.net.step(torch.from_numpy(inputs).to(self.device), self.t)  # (B, 256)
-        freqs = frequencies(logits.cpu().numpy())
+        self.logits = logits.cpu().numpy()
+        freqs = frequencies(self.logits)
         self.net.record(self.t, torch.from_numpy(freqs).to(self.device))
         self.t += 1
         return freqs
@@ -133,5 +137,66 @@ class MLSTMPredictor:
         return {"model": None if self.model is None else {"name": self.model.name, "sha256": self.model.sha256}}
 
 
+class MixedPredictor:
+    """The network mixed with exact byte statistics (`mix.Experts`, format 3). The network learns
+    from its own predictions (its segment's gradient step, as without experts); the mixer and the
+    statistics learn from every byte, at the next step (or at `adapt`, for a segment's last)."""
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
+        self.net = MLSTMPredictor(settings, model)
+        self.experts = Experts(settings.mix, settings.lanes)
+        self.F = np.zeros((settings.segment_len, settings.lanes, ALPHABET), dtype=np.int64)  # coded freqs
+        self.t = 0
+        self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
+
+    def _learn(self, y: np.ndarray) -> None:
+        used, freqs, k = self.pending
+        self.experts.learn(used, freqs, y, k)
+        self.pending = None
+
+    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
+        if self.pending is not None:
+            self._learn(inputs)
+        self.net.step(inputs, active)
+        z, used = self.experts.mix(self.net.logits)
+        freqs = frequencies(z.astype(np.float64))
+        self.pending = (used, freqs, active)
+        self.F[self.t] = freqs
+        self.t += 1
+        return freqs
+
+    def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
+        T = len(targets)
+        assert T == self.t, "adapt() must follow the steps of the segment it learns from"
+        self._learn(targets[T - 1])
+        self.net.adapt(targets, active)
+        in_play = np.arange(self.lanes)[None, :] < active[:, None]
+        coded = self.F[np.arange(T)[:, None], np.arange(self.lanes)[None, :], targets]
+        self.t = 0
+        return float(-np.log(coded[in_play] / FREQ_TOTAL).sum())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        assert self.t == 0, "state is taken between segments"
+        state = self.net.state_dict()
+        state.update({f"mix.{k}": torch.from_numpy(v) for k, v in self.experts.state().items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith("mix.")})
+        self.experts.load({k[4:]: v.numpy() for k, v in state.items() if k.startswith("mix.")})
+        self.t, self.pending = 0, None
+
+    def reset(self) -> None:
+        self.net.reset()
+        self.experts.reset()
+        self.t, self.pending = 0, None
+
+    def record(self) -> dict:
+        return self.net.record()
+
+
 def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:
+    if settings.mix.expert_names:
+        return MixedPredictor(settings, model)
     return MLSTMPredictor(settings, model)

@@ -53,6 +53,41 @@ class AdaptSettings:
             raise ValueError("learning rate and decay must be >= 0")
 
 
+EXPERTS = ("orders", "word", "match")
+
+
+@dataclass(frozen=True)
+class MixSettings:
+    """The exact byte statistics mixed with the network (`mix.Experts`); no experts is the network
+    alone, as format 2 coded."""
+
+    experts: str = "orders,word,match"  # comma-separated names from EXPERTS, or "" for none
+    table_bits: int = 17  # rows of each hashed context table (and the match table): 2^table_bits
+    history_bits: int = 24  # bytes of history the match model keeps, all lanes together
+    count_limit: int = 250  # a context's counts are halved when one passes this
+    mix_lr: float = 0.002  # the mixer's learning rate
+
+    def __post_init__(self) -> None:
+        unknown = set(self.expert_names) - set(EXPERTS)
+        checks = [
+            (not unknown, f"unknown expert(s) {', '.join(sorted(unknown))} (choose from {', '.join(EXPERTS)})"),
+            (10 <= self.table_bits <= 24, "table bits must be 10 ... 24"),
+            (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
+            (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
+            (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def expert_names(self) -> tuple[str, ...]:
+        return tuple(name for name in self.experts.split(",") if name)
+
+
+NO_EXPERTS = dict(experts="")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the decoder needs to repeat the encoder; all of it goes in the header.
@@ -69,6 +104,7 @@ class Settings:
     threads: int = 1  # CPU threads while coding (speed only: the bits are the same with any number)
     device: str = "cpu"
     adapt: AdaptSettings = field(default_factory=AdaptSettings)
+    mix: MixSettings = field(default_factory=MixSettings)
 
     def __post_init__(self) -> None:
         checks = [
@@ -196,6 +232,12 @@ def lanes_for_size(lanes: int, size: int) -> int:
     return max(1, min(lanes, size // MIN_LANE_BYTES))
 
 
+def table_bits_for_size(bits: int, size: int) -> int:
+    """Smaller context tables for a small input (about as many rows as it has bytes, at least 2^12):
+    its contexts still fit, and it touches fewer pages of memory."""
+    return max(12, min(bits, size.bit_length()))
+
+
 MAX_DEFAULT_THREADS = 4
 
 
@@ -276,6 +318,12 @@ def make_settings(
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     if settings is None and size_hint is not None and "lanes" not in overrides:
         overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
+    # tables sized to an input that fits one block (a streaming encoder knows that size too)
+    one_block = size_hint is not None and size_hint <= overrides.get("block_size", base.block_size)
+    if settings is None and one_block and "table_bits" not in overrides:
+        overrides["table_bits"] = table_bits_for_size(base.mix.table_bits, size_hint)
+    if settings is None and one_block and "history_bits" not in overrides:
+        overrides["history_bits"] = max(12, min(base.mix.history_bits, size_hint.bit_length() + 1))
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
     return _apply(base, {**overrides, "device": device})

@@ -80,7 +80,7 @@ def test_thread_count_is_the_recorded_one_while_coding(monkeypatch):
     seen = []
     codec = Codec(Settings(**{**NET, "threads": 3}))
     step = codec.predictor.step
-    monkeypatch.setattr(codec.predictor, "step", lambda inputs: seen.append(torch.get_num_threads()) or step(inputs))
+    monkeypatch.setattr(codec.predictor, "step", lambda *args: seen.append(torch.get_num_threads()) or step(*args))
     torch.set_num_threads(1)
     encode_block(codec, b"threads " * 20)
     assert seen and set(seen) == {3}

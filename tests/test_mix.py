@@ -1,0 +1,106 @@
+"""The experts and the mixer (format 3): exact, symmetric, bounded, and worth their bits."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import NET, corpus
+from dyncompress.codec import Codec, decode_block, encode_block
+from dyncompress.container import FORMAT2_MIX
+from dyncompress.measure import measure
+from dyncompress.mix import Experts, log_table, table_bytes
+from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
+
+SUBSETS = ["", "orders", "word", "match", "orders,word,match"]
+
+
+def settings_with(experts: str, **kw) -> Settings:
+    return Settings(**{**NET, **kw}, mix=MixSettings(experts=experts, table_bits=12))
+
+
+def test_the_log_table_is_ln_n_plus_half_rounded():
+    table = log_table(250)
+    assert len(table) == 252 and table.dtype == np.int64
+    reference = np.array([math.log(n + 0.5) * 4096 for n in range(252)])
+    assert np.abs(table - reference).max() <= 0.5 + 1e-9
+    assert np.array_equal(table, np.round(reference).astype(np.int64))  # no value lies near a tie
+
+
+@pytest.mark.parametrize("experts", SUBSETS)
+def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(experts):
+    noise = bytes(np.random.default_rng(5).integers(0, 256, 700, dtype=np.uint8))
+    text = corpus("alice29.txt")[:3000]
+    pieces = [text[:1500], noise, text[1500:1501], text[1501:] + text[:900]]  # the repeat: match model
+    settings = settings_with(experts, lanes=3, segment_len=5)
+    enc, dec = Codec(settings), Codec(settings)
+    payloads = [encode_block(enc, p) for p in pieces]
+    assert [decode_block(dec, c, len(p)) for c, p in zip(payloads, pieces, strict=True)] == pieces
+    # every expert's state (tables, histories, match, mixer weights) is the encoder's
+    a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(k.startswith("mix.") for k in a) == bool(experts)
+
+
+def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
+    """Many lanes hitting one row and one match slot in the same step: the result does not
+    depend on the order of the lanes' updates, and the decoder repeats it."""
+    unit = corpus("grammar.lsp")[:400]
+    data = unit * 16  # with 16 lanes every lane codes the same text in lock step
+    settings = settings_with("orders,word,match", lanes=16, segment_len=4)
+    enc, dec = Codec(settings), Codec(settings)
+    packed = encode_block(enc, data)
+    assert decode_block(dec, packed, len(data)) == data
+    a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    counts = a["mix.counts"].numpy()
+    assert counts.max() <= settings.mix.count_limit  # 16 adds at once, still bounded
+
+
+def test_the_experts_learn_and_the_mixer_weights_move():
+    data = corpus("alice29.txt")[:6000]
+    off, on = (measure(data, settings_with(e, lanes=2), None).bits for e in ("", "orders,word,match"))
+    assert on < 0.97 * off  # statistics help an online network that starts from nothing
+    codec = Codec(settings_with("orders,word,match", lanes=2))
+    encode_block(codec, data)
+    assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.w0)
+
+
+def test_a_long_repeat_costs_almost_nothing_the_second_time():
+    """The issue's test: a text concatenated with itself, one lane: < 0.1 bits per byte in its
+    second half (the match model finds it and the mixer learns to trust it)."""
+    half = corpus("alice29.txt")[20000:40000]
+    model_free = Settings(hidden=32, lanes=1, segment_len=16, device="cpu")
+    m = measure(half + half, model_free, None, positions=True)
+    second = m.positions[len(half) :].sum() / len(half)
+    first = m.positions[: len(half)].sum() / len(half)
+    assert second < 0.1 < first, (first, second)
+
+
+def test_table_sizes_are_bounded_and_stated():
+    default = make_settings(model=None, device="cpu")
+    assert default.mix.expert_names == EXPERTS
+    assert table_bytes(default.mix, default.lanes) <= 256 << 20  # the issue's default budget
+    experts = Experts(default.mix, default.lanes)
+    assert experts.counts.shape == (256 + 65536 + 5 * (1 << default.mix.table_bits), 256)
+    assert experts.match_table.shape == (1 << default.mix.table_bits,)
+    assert experts.hist.size <= 1 << default.mix.history_bits
+    # a small input gets small tables (and the same from a streaming encoder: one block)
+    small = make_settings(model=None, device="cpu", size_hint=5000)
+    assert small.mix.table_bits == 13 and table_bytes(small.mix, small.lanes) < table_bytes(default.mix, 16) / 4
+    assert table_bytes(MixSettings(experts=""), 16) == 0
+
+
+def test_bad_expert_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown expert"):
+        MixSettings(experts="orders,ppm")
+    with pytest.raises(ValueError, match="table bits"):
+        MixSettings(table_bits=40)
+    with pytest.raises(ValueError, match="count limit"):
+        MixSettings(count_limit=300)
+
+
+def test_format2_settings_read_as_no_experts():
+    """A format-2 header has no `mix`: it reads as the network alone (what format 2 coded)."""
+    assert MixSettings(**FORMAT2_MIX).expert_names == ()
