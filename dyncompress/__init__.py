@@ -8,7 +8,7 @@ so an interrupt then is a clean exit. The method: docs/METHOD.md.
 
 import importlib
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
 _EXPORTS = {
     "Compressor": ("api", "Compressor"),

@@ -258,6 +258,12 @@ def _peers() -> list[Peer]:
             lambda m, d: m.compress(d, preset=9 | lzma.PRESET_EXTREME),
             lambda m, d: m.decompress(d),
         ),
+        Peer(  # 7-Zip's text method, the strongest classical text compressor (7z -m0=PPMd:o=6:mem=256m)
+            "PPMd o6",
+            "pyppmd",
+            lambda m, d: m.compress(d, max_order=6, mem_size=256 << 20),
+            lambda m, d: m.decompress(d, max_order=6, mem_size=256 << 20),
+        ),
         Peer(
             "zstd -19",
             "zstandard",

@@ -90,6 +90,9 @@ class Experts:
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
+        self.masks = np.array([(1 << (8 * k)) - 1 for k in ORDERS], dtype=np.uint64)
+        self.salts = np.arange(1, len(ORDERS) + 1, dtype=np.uint64) * P2
+        self.shift = np.uint64(64) - self.bits
         self.log = log_table(s.count_limit)
         # histories (match model): one ring per lane, 2^hb bytes each
         self.hb = max(10, s.history_bits - max(0, (B - 1).bit_length()))
@@ -155,12 +158,11 @@ class Experts:
         """(B, K) table rows and tags of every lane's contexts now."""
         cols = []
         if self.use_orders:
-            masks = np.array([(1 << (8 * k)) - 1 for k in ORDERS], dtype=np.uint64)
-            cols.append((self.last[:, None] & masks) + np.arange(1, len(ORDERS) + 1, dtype=np.uint64) * P2)
+            cols.append((self.last[:, None] & self.masks) + self.salts)
         if self.use_word:
             cols.append((_mix64(self.word[:, 0]) + self.word[:, 1] * P1)[:, None])
-        h = _mix64(np.concatenate(cols, axis=1))
-        rows = (h >> (np.uint64(64) - self.bits)).astype(np.int64)
+        h = _mix64(np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0])
+        rows = (h >> self.shift).astype(np.int64)
         tags = ((h >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.uint16)
         if self.use_orders:  # orders 1, 2: the bytes themselves, no tag
             rows[:, :2] = (self.last[:, None] & np.array([0xFF, 0xFFFF], dtype=np.uint64)).astype(np.int64)
@@ -179,14 +181,16 @@ class Experts:
             rows, tags = self._rows()
             known = self.tags[rows] == tags  # (B, K)
             c = self.counts[rows]  # (B, K, 256)
-            c[~known] = 0
-            E[:, 1 : 1 + self.K] = self.log[c]
-            seen = c.any(axis=2)
-            order_seen = np.where(seen.any(axis=1), self.K - np.argmax(seen[:, ::-1], axis=1), 0)
+            c *= known[:, :, None]
+            np.take(self.log, c, out=E[:, 1 : 1 + self.K])
+            seen = c.any(axis=2)  # (B, K)
+            # the highest context seen: its index + 1 (0: none)
+            order_seen = self.K - np.argmax(seen[:, ::-1], axis=1)
+            order_seen *= seen.any(axis=1)
             top = np.maximum(order_seen - 1, 0)
             best = c[self.lanes_idx, top]  # (B, 256): the counts of the highest context seen
             total = best.sum(axis=1, dtype=np.int64)
-            single = (best > 0).sum(axis=1) == 1
+            single = np.count_nonzero(best, axis=1) == 1
             conf = np.searchsorted(COUNT_EDGES, total, side="right") * 2 + single
             E[:, 1 + self.K] = 0
             on = order_seen > 0

@@ -80,9 +80,10 @@ def test_tuned_settings_become_the_rules_defaults(tiny, tmp_path):
 
 def test_bench_peers_run_and_missing_ones_are_skipped_by_name():
     data = corpus("alice29.txt")
-    rows = [bench_peer(p, data) for p in PEERS if p.module in ("zlib", "bz2", "lzma")]
-    assert [r.name for r in rows] == ["zlib -9", "bz2 -9", "lzma -9e"]
+    rows = [bench_peer(p, data) for p in PEERS if p.module in ("zlib", "bz2", "lzma", "pyppmd")]
+    assert [r.name for r in rows] == ["zlib -9", "bz2 -9", "lzma -9e", "PPMd o6"]
     assert all(0 < r.size < len(data) for r in rows)
+    assert rows[-1].size < min(r.size for r in rows[:-1])  # PPMd: the classical peer to beat on text
 
     def missing(name):
         raise ImportError(name)
@@ -160,7 +161,7 @@ def test_cli_bench_prints_peers_next_to_dyncompress(tiny):
     r = run_cli("bench", f"{ALICE}:0:20k", CORPORA / "xargs.1", "--model", path, "--lanes", "2", "--device", "cpu")
     out = r.stdout.decode()
     assert r.returncode == 0, r.stderr
-    for name in ("dyncompress -6", "zlib -9", "bz2 -9", "lzma -9e"):
+    for name in ("dyncompress -6", "zlib -9", "bz2 -9", "lzma -9e", "PPMd o6"):
         assert len(re.findall(rf"^  {re.escape(name)}\s+[\d,]+\s+\d+\.\d{{3}}", out, re.M)) == 2, out
     for peer in ("zstd -19", "brotli -q 11"):
         line = rf"^  {re.escape(peer)}\s+(skipped: Python package \w+ not installed|[\d,]+)"

@@ -1,0 +1,91 @@
+"""The experts' worth: bits per byte with all experts, none, and each one left out, beside PPMd.
+
+    python bench/experts.py                    # the ablation on enwik6 and alice29
+    python bench/experts.py --corpora 200000   # default vs none vs PPMd on the texts of
+                                               # ../shared/corpora over 100 kB (first 200 kB each)
+
+Every row is the codec's own loop (`measure`, as `dyncompress eval` runs it: -log2 p of every
+byte, a block that would expand counted as stored), the shipped model at its default level, the
+input's size deciding lanes and table sizes as `encode` does. Speeds are of this run only (one
+process, rows alternating per input), for comparing rows with each other. PPMd: pyppmd, order 6,
+256 MB (7-Zip's `-m0=PPMd:o=6:mem=256m`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+import pyppmd
+
+from dyncompress.api import resolve_model
+from dyncompress.measure import measure
+from dyncompress.settings import EXPERTS, make_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "corpora"
+ENWIK8 = SHARED / "enwik8" / "enwik8_head_3500000"
+ABLATION = {
+    "enwik6": (ENWIK8, 0, 1_000_000),
+    "alice29": (ROOT / "corpora" / "alice29.txt", 0, None),
+    "enwik8 [3.0M,3.5M)": (ENWIK8, 3_000_000, 3_500_000),
+}
+
+
+def ppmd_bpb(data: bytes) -> float:
+    return 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+
+
+def row(data: bytes, model, experts: str, **kw) -> tuple[float, float]:
+    settings = make_settings(model=model, size_hint=len(data), device="cpu", experts=experts, **kw)
+    m = measure(data, settings, model)
+    return m.bits / len(data), len(data) / m.seconds / 1e3
+
+
+def corpora_over(limit: int) -> list[tuple[str, Path]]:
+    rows = []
+    for line in (SHARED / "MANIFEST.tsv").read_text().splitlines()[1:]:
+        path, size, _ = line.split("\t")
+        if int(size) > limit:
+            rows.append((path, SHARED / path))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", type=int, metavar="BYTES", help="bytes of each corpus text over 100 kB")
+    ap.add_argument("--only", nargs="*", help="inputs to run (names or corpus paths)")
+    ap.add_argument("--online", action="store_true", help="online mode (no model) instead of the shipped model")
+    ap.add_argument("--all-only", action="store_true", help="only the row with all experts (and PPMd)")
+    args = ap.parse_args()
+    model = None if args.online else resolve_model("enwiki-h256")
+    print(
+        f"# {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}, "
+        f"{'online' if args.online else 'model enwiki-h256'}",
+        flush=True,
+    )
+    if args.corpora:
+        inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)}
+        rows = {"all": ",".join(EXPERTS)} if args.all_only else {"all": ",".join(EXPERTS), "none": ""}
+    else:
+        inputs = ABLATION
+        rows = {"all": ",".join(EXPERTS), "none": ""}
+        rows.update({f"no {e}": ",".join(x for x in EXPERTS if x != e) for e in EXPERTS})
+    print("| input | bytes | PPMd o6 | " + " | ".join(rows) + " | all vs PPMd | kB/s all / none |")
+    print("|---|---:|---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
+    for name, (path, start, stop) in inputs.items():
+        if args.only and name not in args.only:
+            continue
+        data = path.read_bytes()[start:stop]
+        results = {label: row(data, model, experts) for label, experts in rows.items()}
+        ppmd = ppmd_bpb(data)
+        bpb = " | ".join(f"{results[label][0]:.4f}" for label in rows)
+        gain = results["all"][0] / ppmd - 1
+        speed = f"{results['all'][1]:.1f} / " + (f"{results['none'][1]:.1f}" if "none" in results else "-")
+        print(f"| {name} | {len(data):,} | {ppmd:.4f} | {bpb} | {gain:+.1%} | {speed} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
