@@ -200,10 +200,7 @@ def describe(name: str, reader) -> str:
         f"  model           {_model_line(meta.get('model'))}",
         "  network         " + ", ".join(f"{k}={settings[k]}" for k in network if k in settings),
         "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
-        *(
-            f"  {_PARTS.get(part, part):<15} " + ", ".join(f"{k}={v}" for k, v in c.items())
-            for part, c in nested.items()
-        ),
+        *(f"  {_PARTS.get(part, part):<15} " + _part_line(part, c) for part, c in nested.items()),
         *_tables_line(meta.get("settings", {})),
         f"  fingerprint     {meta.get('fingerprint')}",
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
@@ -212,6 +209,12 @@ def describe(name: str, reader) -> str:
 
 
 _PARTS = {"adapt": "adaptation", "mix": "experts"}  # how `info` titles a nested config (default: its key)
+
+
+def _part_line(part: str, config: dict) -> str:
+    if part == "mix" and not config.get("experts"):
+        return "none (the network alone)"
+    return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
 def _tables_line(settings: dict) -> list[str]:

@@ -1,6 +1,7 @@
 """The command line, run for real in fresh processes: files, pipes, refusals, exit codes."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def test_test_and_info_and_damaged_files(tmp_path, text_file):
     r = run_cli("info", "-", input=data)  # from a pipe too: the size is what the frames spanned
     assert r.returncode == 0 and f"compressed size {len(data):,} bytes".encode() in r.stdout, r.stdout
     assert b"adaptation      beta1=0.0" in r.stdout
+    assert re.search(rb"experts +count_limit=250, experts=orders,word,match,", r.stdout), r.stdout
+    assert re.search(rb"tables +\d+ MiB at most", r.stdout), r.stdout
 
     cut = tmp_path / "cut.dc"
     cut.write_bytes(data[: len(data) // 2])

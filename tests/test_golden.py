@@ -107,3 +107,9 @@ def test_format1_file_is_refused_in_one_line_naming_the_release_that_reads_it(na
     assert r.returncode != 0 and not (tmp_path / name).exists()
     lines = r.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "0.2.0" in lines[0] and "Traceback" not in lines[0], lines
+
+
+def test_info_of_a_format2_file_says_it_has_no_experts():
+    r = run_cli("info", GOLDEN / "format2" / "model-default.dc")
+    assert r.returncode == 0, r.stderr
+    assert b"experts         none (the network alone)" in r.stdout and b"tables" not in r.stdout
