@@ -19,14 +19,12 @@ import time
 from pathlib import Path
 
 import pyppmd
+from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on the path)
 
 from dyncompress.api import resolve_model
 from dyncompress.measure import measure
 from dyncompress.settings import EXPERTS, make_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "corpora"
-ENWIK8 = SHARED / "enwik8" / "enwik8_head_3500000"
 ABLATION = {
     "enwik6": (ENWIK8, 0, 1_000_000),
     "alice29": (ROOT / "corpora" / "alice29.txt", 0, None),

@@ -17,9 +17,10 @@ mixer adds them in logit space:
 
     z_j = sum_i w_i[s] * e_ij        (e_0 = the network's logits, less their maximum)
 
-with a weight vector w[s] chosen per lane by a small context s (the match length's bucket and
-the highest order whose context has been seen), and learns it online, after every byte, by the
-gradient of the code length: w_i[s] -= lr * (sum_j p_j e_ij - e_iy). Everything is int64
+with weights w per lane that are the sum of one row from each of three tables, chosen by small
+contexts (the match length's bucket with the highest order seen; that order with its count bucket
+and whether it saw one byte only; the previous byte), and learns them online, after every byte, by
+the gradient of the code length: each chosen row -= lr * (sum_j p_j e_ij - e_iy). Everything is int64
 arithmetic (weights in units of 2^-16), so every machine gets the same bits; `exact.frequencies`
 turns z into the coded frequencies.
 
@@ -139,18 +140,15 @@ class Experts:
         self.word = np.zeros((B, 2), dtype=np.uint64)  # current word's hash, the previous word's
         self.ptr = np.zeros(B, dtype=np.int64)  # match: flat history index of the predicted byte
         self.mlen = np.zeros(B, dtype=np.int64)  # match length (0: none)
-        self.pending = None  # what the last prediction used, for learning from its byte
 
     ARRAYS = ("counts", "tags", "recent", "hist", "match_table", "W", "last", "pos", "word", "ptr", "mlen")
 
     def state(self) -> dict[str, np.ndarray]:
-        assert self.pending is None, "state is taken between segments, after learn()"
         return {k: getattr(self, k).copy() for k in self.ARRAYS}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         for k, v in state.items():
             getattr(self, k)[...] = v
-        self.pending = None
 
     # --- predicting -----------------------------------------------------------------
 

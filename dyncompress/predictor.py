@@ -20,7 +20,6 @@ import torch
 
 from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, init_master, to_master
 from .mix import Experts
-from .mlstm import ALPHABET
 from .model import Model
 from .settings import Settings
 
@@ -146,12 +145,13 @@ class MixedPredictor:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.net = MLSTMPredictor(settings, model)
         self.experts = Experts(settings.mix, settings.lanes)
-        self.F = np.zeros((settings.segment_len, settings.lanes, ALPHABET), dtype=np.int64)  # coded freqs
         self.t = 0
+        self.nats = 0.0  # the segment's code length so far (for reporting)
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
 
     def _learn(self, y: np.ndarray) -> None:
         used, freqs, k = self.pending
+        self.nats -= float(np.log(freqs[np.arange(k), y[:k]] / FREQ_TOTAL).sum())
         self.experts.learn(used, freqs, y, k)
         self.pending = None
 
@@ -162,7 +162,6 @@ class MixedPredictor:
         z, used = self.experts.mix(self.net.logits)
         freqs = frequencies(z.astype(np.float64))
         self.pending = (used, freqs, active)
-        self.F[self.t] = freqs
         self.t += 1
         return freqs
 
@@ -171,10 +170,8 @@ class MixedPredictor:
         assert T == self.t, "adapt() must follow the steps of the segment it learns from"
         self._learn(targets[T - 1])
         self.net.adapt(targets, active)
-        in_play = np.arange(self.lanes)[None, :] < active[:, None]
-        coded = self.F[np.arange(T)[:, None], np.arange(self.lanes)[None, :], targets]
-        self.t = 0
-        return float(-np.log(coded[in_play] / FREQ_TOTAL).sum())
+        nats, self.nats, self.t = self.nats, 0.0, 0
+        return nats
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
@@ -185,12 +182,12 @@ class MixedPredictor:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith("mix.")})
         self.experts.load({k[4:]: v.numpy() for k, v in state.items() if k.startswith("mix.")})
-        self.t, self.pending = 0, None
+        self.t, self.pending, self.nats = 0, None, 0.0
 
     def reset(self) -> None:
         self.net.reset()
         self.experts.reset()
-        self.t, self.pending = 0, None
+        self.t, self.pending, self.nats = 0, None, 0.0
 
     def record(self) -> dict:
         return self.net.record()

@@ -85,9 +85,6 @@ class MixSettings:
         return tuple(name for name in self.experts.split(",") if name)
 
 
-NO_EXPERTS = dict(experts="")
-
-
 @dataclass(frozen=True)
 class Settings:
     """Everything the decoder needs to repeat the encoder; all of it goes in the header.
@@ -232,10 +229,11 @@ def lanes_for_size(lanes: int, size: int) -> int:
     return max(1, min(lanes, size // MIN_LANE_BYTES))
 
 
-def table_bits_for_size(bits: int, size: int) -> int:
-    """Smaller context tables for a small input (about as many rows as it has bytes, at least 2^12):
-    its contexts still fit, and it touches fewer pages of memory."""
-    return max(12, min(bits, size.bit_length()))
+def tables_for_size(mix: MixSettings, size: int) -> dict:
+    """Smaller tables for a small input: about as many rows as it has bytes (at least 2^12) and
+    twice its size of history; its contexts still fit, and it touches fewer pages of memory."""
+    bits = size.bit_length()
+    return {"table_bits": max(12, min(mix.table_bits, bits)), "history_bits": max(12, min(mix.history_bits, bits + 1))}
 
 
 MAX_DEFAULT_THREADS = 4
@@ -320,10 +318,8 @@ def make_settings(
         overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
     # tables sized to an input that fits one block (a streaming encoder knows that size too)
     one_block = size_hint is not None and size_hint <= overrides.get("block_size", base.block_size)
-    if settings is None and one_block and "table_bits" not in overrides:
-        overrides["table_bits"] = table_bits_for_size(base.mix.table_bits, size_hint)
-    if settings is None and one_block and "history_bits" not in overrides:
-        overrides["history_bits"] = max(12, min(base.mix.history_bits, size_hint.bit_length() + 1))
+    if settings is None and one_block:
+        overrides = {**tables_for_size(base.mix, size_hint), **overrides}
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
     return _apply(base, {**overrides, "device": device})
