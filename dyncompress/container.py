@@ -1,6 +1,9 @@
 """The .dc file format: header, block frames, end marker. Pack and parse side by side.
 
-    header  = MAGIC (8) | version u16 | meta_len u32 | meta (UTF-8 JSON) | crc32 u32
+    header  = MAGIC (8) | version u16 | meta_len u32 | meta | crc32 u32
+              meta: UTF-8 JSON (sorted keys, no spaces); from format 3 on, raw deflate of it with
+              `META_DICT` as the preset dictionary (about 50 bytes instead of 600: a small file
+              should not pay for its header)
     block   = tag | orig_len u32 | payload_len u32 | payload_crc32 u32
                    | digest (8, BLAKE2b of the original block) | crc32 u32 | payload
               tag 0x01: payload is range-coded; 0x02: payload is the block itself ("stored",
@@ -39,6 +42,17 @@ READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
 MAX_META = 1 << 20
+# Format 3's preset dictionary for the meta's deflate: a typical record. It is part of the format:
+# changing it breaks every format-3 file, so it never changes (a new one means a new format).
+META_DICT = (
+    b'{"fingerprint":"0123456789abcdef","model":{"name":"enwiki-h256","sha256":"70245cff386dcb36a776169a7b0239f7'
+    b'ae72a6902759e67ba08b20ce517229e1"},"platform":{"constriction":"0.5.0","cpu_capability":"AVX2","cuda":"12.8'
+    b'","device":"cpu","dyncompress":"0.4.0","gpu":"NVIDIA H200","machine":"x86_64","numpy":"2.4.6","python":"3.'
+    b'11.7","torch":"2.13.0+cpu"},"settings":{"adapt":{"beta1":0.0,"beta2":0.99,"clip":1.0,"decay":1e-05,"eps":1e'
+    b'-08,"lr":0.0002,"rule":"rms-decay"},"block_size":1048576,"device":"cpu","hidden":256,"lanes":16,"mix":{"cou'
+    b'nt_limit":250,"experts":"orders,word,match","history_bits":24,"mix_lr":0.002,"table_bits":17},"seed":0,"seg'
+    b'ment_len":16,"threads":2}}'
+)
 MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
 _HEAD = struct.Struct("<8sHI")
@@ -72,6 +86,8 @@ def _crc(*parts: bytes) -> int:
 
 def pack_header(meta: dict) -> bytes:
     body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICT)
+    body = deflate.compress(body) + deflate.flush()
     head = _HEAD.pack(MAGIC, VERSION, len(body)) + body
     return head + _CRC.pack(_crc(head))
 
@@ -100,14 +116,22 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if _CRC.unpack(bytes(buf[end - _CRC.size : end]))[0] != _crc(head):
         raise FormatError("corrupt header (checksum mismatch)")
     try:
-        meta = json.loads(head[_HEAD.size :])
-    except ValueError as e:
+        meta = json.loads(_inflate(head[_HEAD.size :]) if version >= 3 else head[_HEAD.size :])
+    except (ValueError, zlib.error) as e:
         raise FormatError(f"corrupt header ({e})") from None
     if not isinstance(meta, dict):
         raise FormatError("corrupt header (not a settings record)")
     if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
         meta["settings"]["mix"] = dict(FORMAT2_MIX)
     return meta, end
+
+
+def _inflate(body: bytes) -> bytes:
+    inflate = zlib.decompressobj(-15, zdict=META_DICT)
+    text = inflate.decompress(body, MAX_META)
+    if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
+        raise ValueError("the settings record does not end where its length says")
+    return text
 
 
 # --- frames -------------------------------------------------------------------------

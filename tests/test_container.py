@@ -1,6 +1,7 @@
 """The file format: pack and parse side by side, streaming, and every kind of damage."""
 
 import io
+import json
 import struct
 import zlib
 
@@ -8,6 +9,7 @@ import pytest
 
 from dyncompress.container import (
     MAGIC,
+    META_DICT,
     VERSION,
     Block,
     End,
@@ -33,6 +35,21 @@ def test_header_round_trip_and_streaming():
         assert parse_header(packed[:cut]) is None
     meta, end = parse_header(packed + b"rest")
     assert meta == META and end == len(packed)
+
+
+def test_the_settings_record_is_deflated_and_checked():
+    """Format 3 deflates the meta with a preset dictionary: a real record costs tens of bytes, not
+    hundreds. A body that is not exactly one deflate stream is refused, even with a good CRC."""
+    meta = json.loads(META_DICT)  # the typical record the dictionary was made from
+    meta["fingerprint"], meta["settings"]["lanes"] = "fedcba9876543210", 3
+    packed = pack_header(meta)
+    assert len(packed) < 100 < len(META_DICT)
+    assert parse_header(packed) == (meta, len(packed))
+    body = packed[14:-4]
+    for bad in (body + b"\x00", body[:-1], json.dumps(meta).encode()):
+        head = MAGIC + struct.pack("<HI", VERSION, len(bad)) + bad
+        with pytest.raises(FormatError, match="corrupt header"):
+            parse_header(head + struct.pack("<I", zlib.crc32(head)))
 
 
 def test_frames_round_trip_and_streaming():
