@@ -51,6 +51,7 @@ W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
 ONE = 1 << 12  # one nat of evidence
 P1 = np.uint64(0x9E3779B97F4A7C15)
 P2 = np.uint64(0xBF58476D1CE4E5B9)
+X: dict = {"bias": (), "blr": 0.05, "bbits": 16}  # experiments
 
 
 @functools.cache
@@ -135,6 +136,7 @@ class Experts:
         # match: 1 + the flat history index that followed each hashed context (0: none yet)
         self.match_table = np.zeros(1 << self.s.table_bits if self.use_match else 1, dtype=np.int64)
         self.W = self.w0.copy()
+        self.bias = np.zeros((len(X["bias"]) << X["bbits"], 256), dtype=np.int64)
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
         self.pos = np.zeros(B, dtype=np.int64)  # bytes every lane has seen
         self.word = np.zeros((B, 2), dtype=np.uint64)  # current word's hash, the previous word's
@@ -213,8 +215,15 @@ class Experts:
         )  # (B, 3)
         w = self.W[sets].sum(axis=1)  # (B, n_in)
         z = np.einsum("bi,bij->bj", w, E) >> 16
+        brows = None
+        if X["bias"]:
+            bb = X["bbits"]
+            cols = [(self.last & np.uint64((1 << (8 * o)) - 1)) + np.uint64(o) * P1 for o in X["bias"]]
+            h = _mix64(np.stack(cols, axis=1))
+            brows = (h >> np.uint64(64 - bb)).astype(np.int64) + (np.arange(len(X["bias"])) << bb)
+            z += self.bias[brows].sum(axis=1) >> 4
         np.clip(z, -Z_BOUND, Z_BOUND, out=z)
-        return z, {"E": E, "sets": sets, "rows": rows, "tags": tags}
+        return z, {"E": E, "sets": sets, "rows": rows, "tags": tags, "brows": brows}
 
     # --- learning -------------------------------------------------------------------
 
@@ -232,6 +241,13 @@ class Experts:
         step = -((g * self.lr + (1 << 15)) >> 16)
         np.add.at(self.W, sets.reshape(-1), np.repeat(step, sets.shape[1], axis=0))
         np.clip(self.W, -W_BOUND, W_BOUND, out=self.W)
+        if X["bias"]:
+            grad = freqs[:k].copy()
+            grad[lanes, y] -= 1 << 24
+            LR = int(X["blr"] * (1 << 16))
+            bstep = -((grad * LR) >> 24)
+            br = used["brows"][:k]
+            np.add.at(self.bias, br.reshape(-1), np.repeat(bstep, br.shape[1], axis=0))
         if self.K:
             self._count(used["rows"][:k], used["tags"][:k], y)
         self._advance(y, k)

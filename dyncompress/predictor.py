@@ -81,12 +81,19 @@ class MLSTMPredictor:
         self.adapter = None if rule.rule == "static" else ExactAdapter(rule, self.theta, ms, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
 
-    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
-        logits = self.net.step(torch.from_numpy(inputs).to(self.device), self.t)  # (B, 256)
-        self.logits = logits.cpu().numpy()
-        freqs = frequencies(self.logits)
+    def forward(self, inputs: np.ndarray) -> np.ndarray:
+        """The network's logits (B, 256; units 2^-12) for this step. `learn_from` must follow."""
+        return self.net.step(torch.from_numpy(inputs).to(self.device), self.t).cpu().numpy()
+
+    def learn_from(self, freqs: np.ndarray) -> None:
+        """The frequencies coded at this step: the segment's gradient step descends their code
+        length (the network's own, or the mixture's when experts are mixed in)."""
         self.net.record(self.t, torch.from_numpy(freqs).to(self.device))
         self.t += 1
+
+    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
+        freqs = frequencies(self.forward(inputs))
+        self.learn_from(freqs)
         return freqs
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
@@ -137,9 +144,12 @@ class MLSTMPredictor:
 
 
 class MixedPredictor:
-    """The network mixed with exact byte statistics (`mix.Experts`, format 3). The network learns
-    from its own predictions (its segment's gradient step, as without experts); the mixer and the
-    statistics learn from every byte, at the next step (or at `adapt`, for a segment's last)."""
+    """The network mixed with exact byte statistics (`mix.Experts`, format 3). The network's segment
+    step descends the code length of the mixture (what was coded), so it learns what the statistics
+    miss: on 300 kB of enwik6 that beats learning from its own predictions by 0.6 % (pretrained)
+    and 3.2 % (online). The mixer and the statistics learn from every byte, at the next step (or
+    at `adapt`, for a segment's last); learning the mixer in the segment step instead measured
+    0.05 % worse."""
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
@@ -158,9 +168,9 @@ class MixedPredictor:
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         if self.pending is not None:
             self._learn(inputs)
-        self.net.step(inputs, active)
-        z, used = self.experts.mix(self.net.logits)
+        z, used = self.experts.mix(self.net.forward(inputs))
         freqs = frequencies(z.astype(np.float64))
+        self.net.learn_from(freqs)
         self.pending = (used, freqs, active)
         self.t += 1
         return freqs
