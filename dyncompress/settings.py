@@ -220,6 +220,11 @@ MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay
 # defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
 # enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
 RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
+# With experts mixed in, the network's step descends the mixture's code length and wants a smaller
+# rate than the model records for coding alone: these factors on enwiki-h256's rms-decay (lr 2e-4,
+# decay 1e-5 -> 7e-5, 1e-4) gave alice29 1.7507 -> 1.7286, 300 kB of enwik6 1.7246 -> 1.7187
+# (200 kB of enwik8 [3.0M, ...) 2.0323 -> 2.0354); BENCHMARKS.md, format 3.
+MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 
 MIN_LANE_BYTES = 32 * 1024
 
@@ -268,13 +273,17 @@ def level_settings(level: int, device: str) -> Settings:
     return _apply(Settings(device=device), dict(LEVELS[level]))
 
 
-def model_settings(model: Model, level: int, device: str, rule: str | None = None) -> Settings:
-    """Settings for coding with `model` at `level` (and `rule`, if given): the model's recorded
-    defaults, those it records for the rule, then the level's changes."""
+def model_settings(
+    model: Model, level: int, device: str, rule: str | None = None, experts: str | None = None
+) -> Settings:
+    """Settings for coding with `model` at `level` (and `rule`, `experts`, if given): the model's
+    recorded defaults, those it records for the rule, then the level's changes; with experts mixed
+    in, the rule's rates scaled by `MIXED_FACTORS`."""
     _check_level(level)
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
     rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
+    mixed = {} if experts is None else {"experts": experts}
     knobs = {
         **MODEL_DEFAULTS,
         **defaults,
@@ -283,6 +292,9 @@ def model_settings(model: Model, level: int, device: str, rule: str | None = Non
         **MODEL_LEVELS[level],
         "rule": rule,
     }
+    if MixSettings(**mixed).expert_names:
+        for knob, factor in MIXED_FACTORS.get(rule, {}).items():
+            knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 
 
@@ -309,7 +321,7 @@ def make_settings(
     if settings is not None:
         base = settings
     elif model is not None:
-        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"))
+        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"), overrides.get("experts"))
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:

@@ -11,7 +11,7 @@ from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
 from dyncompress.measure import PEERS, Tally, bench_peer, confirm, measure, plot, row_settings, save_defaults, tune
 from dyncompress.model import load, save
-from dyncompress.settings import RULE_DEFAULTS, make_settings
+from dyncompress.settings import MIXED_FACTORS, RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
 
@@ -71,8 +71,11 @@ def test_tuned_settings_become_the_rules_defaults(tiny, tmp_path):
     again = load(str(out))
     s = make_settings(model=again, rule="sgd", device="cpu")
     assert (s.adapt.rule, s.adapt.lr, s.segment_len) == ("sgd", 0.05, 4)
-    s = make_settings(model=again, device="cpu")  # the default rule keeps the model's own defaults
-    assert (s.adapt.rule, s.adapt.lr, s.segment_len) == ("rms-decay", 3e-3, 8)
+    s = make_settings(model=again, device="cpu", experts="")  # the default rule: the model's own defaults
+    assert (s.adapt.rule, s.adapt.lr, s.adapt.decay, s.segment_len) == ("rms-decay", 3e-3, 1e-3, 8)
+    s = make_settings(model=again, device="cpu")  # mixed with experts: the rates scaled for the mixture
+    factors = MIXED_FACTORS["rms-decay"]
+    assert (s.adapt.lr, s.adapt.decay) == pytest.approx((3e-3 * factors["lr"], 1e-3 * factors["decay"]))
     s = make_settings(model=model, rule="sgd", device="cpu")  # nothing recorded: the rule's fallback
     assert s.adapt.lr == RULE_DEFAULTS["sgd"]["lr"]
     assert make_settings(model=again, rule="sgd", lr=0.2, device="cpu").adapt.lr == 0.2  # explicit wins
