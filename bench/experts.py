@@ -64,12 +64,11 @@ def main() -> None:
         f"{'online' if args.online else 'model enwiki-h256'}",
         flush=True,
     )
-    if args.corpora:
-        inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)}
-        rows = {"all": ",".join(EXPERTS)} if args.all_only else {"all": ",".join(EXPERTS), "none": ""}
-    else:
-        inputs = ABLATION
-        rows = {"all": ",".join(EXPERTS), "none": ""}
+    inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)} if args.corpora else ABLATION
+    rows = {"all": ",".join(EXPERTS), "none": ""}
+    if args.all_only:
+        del rows["none"]
+    elif not args.corpora:
         rows.update({f"no {e}": ",".join(x for x in EXPERTS if x != e) for e in EXPERTS})
     print("| input | bytes | PPMd o6 | " + " | ".join(rows) + " | all vs PPMd | kB/s all / none |")
     print("|---|---:|---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)

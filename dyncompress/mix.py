@@ -17,9 +17,10 @@ mixer adds them in logit space:
 
     z_j = sum_i w_i[s] * e_ij        (e_0 = the network's logits, less their maximum)
 
-with weights w per lane that are the sum of one row from each of four tables, chosen by small
+with weights w per lane that are the sum of one row from each of six tables, chosen by small
 contexts (the match length's bucket with the highest order seen; that order with its count bucket
-and whether it saw one byte only; the previous byte; a hash of the last two), and learns them
+and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
+and the current word), and learns them
 online, after every byte, by the gradient of the code length: each chosen row -= lr * (sum_j p_j
 e_ij - e_iy). Everything is int64
 arithmetic (weights in units of 2^-16), so every machine gets the same bits; `exact.frequencies`
@@ -46,7 +47,9 @@ MATCH_MAX = 65535
 MATCH_EDGES = np.array([1, 8, 12, 16, 24, 32, 64, 256], dtype=np.int64)  # length buckets 1 ... 8
 MATCH_TRUST = np.array([0, 2, 2, 4, 4, 8, 12, 16, 24], dtype=np.int64) << 14  # initial weight per bucket
 COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a context's total count
-PAIR_BITS = 12  # the fourth weight set: a hash of the last two bytes, 2^12 rows
+# weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
+# last two bytes, the last three (BENCHMARKS.md, format 3: each 0.1 ... 0.2 % on enwik6)
+HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
 Z_BOUND = 1 << 20  # |z| bound (256 nats) in units of 2^-12
 W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
@@ -100,14 +103,14 @@ class Experts:
         # histories (match model): one ring per lane, 2^hb bytes each
         self.hb = max(10, s.history_bits - max(0, (B - 1).bit_length()))
         # the mixer: inputs net, counts..., run, match. Its weights are the sum of one row from each
-        # of four tables, chosen by (match bucket, order seen), (order seen, its count bucket,
-        # deterministic?), the previous byte and a hash of the last two (2^12 rows: 2^16 measured
-        # worse, 2^10 about the same).
+        # of six tables, chosen by (match bucket, order seen), (order seen, its count bucket,
+        # deterministic?), the previous byte and the hashes of HASHED_SETS.
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.use_match)
         n_a = (len(MATCH_EDGES) + 1) * (self.K + 1)
         n_b = (self.K + 1) * (len(COUNT_EDGES) + 1) * 2
-        self.set_base = np.array([0, n_a, n_a + n_b, n_a + n_b + 256], dtype=np.int64)
-        self.n_sets = n_a + n_b + 256 + (1 << PAIR_BITS)
+        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in HASHED_SETS]
+        self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.n_sets = int(sum(sizes))
         self.w0 = np.zeros((self.n_sets, self.n_in), dtype=np.int64)
         self.w0[:n_a, 0] = 1 << 16
         self.w0[:n_a, 1 : 1 + self.K] = (1 << 16) // 4
@@ -203,18 +206,19 @@ class Experts:
             predicted = self.hist.reshape(-1)[self.ptr]
             E[on, -1, predicted[on]] = ONE
             bucket = np.searchsorted(MATCH_EDGES, self.mlen, side="right")
-        sets = (
-            np.stack(
-                [
-                    bucket * (self.K + 1) + order_seen,
-                    order_seen * (2 * len(COUNT_EDGES) + 2) + conf,
-                    (self.last & np.uint64(0xFF)).astype(np.int64),
-                    (_mix64(self.last & np.uint64(0xFFFF)) >> np.uint64(64 - PAIR_BITS)).astype(np.int64),
-                ],
-                axis=1,
-            )
-            + self.set_base
-        )  # (B, 4)
+        keys = {
+            "pair": self.last & np.uint64(0xFFFF),
+            "triple": self.last & np.uint64(0xFFFFFF),
+            "word": self.word[:, 0],
+        }
+        cols = [
+            bucket * (self.K + 1) + order_seen,
+            order_seen * (2 * len(COUNT_EDGES) + 2) + conf,
+            (self.last & np.uint64(0xFF)).astype(np.int64),
+        ]
+        for name, salt, bits in HASHED_SETS:
+            cols.append((_mix64(keys[name] + np.uint64(salt)) >> np.uint64(64 - bits)).astype(np.int64))
+        sets = np.stack(cols, axis=1) + self.set_base  # (B, 6)
         w = self.W[sets].sum(axis=1)  # (B, n_in)
         z = np.einsum("bi,bij->bj", w, E) >> 16
         np.clip(z, -Z_BOUND, Z_BOUND, out=z)
