@@ -1,4 +1,4 @@
-"""Format 2 (exact arithmetic) beside release 0.2.0 (float32), in one run: sizes and speeds.
+"""This checkout beside release 0.2.0 (float32), in one run: sizes and speeds.
 
     python bench/exact_vs_float.py /tmp/v020/bin/python [--decode alice29]
 
@@ -106,7 +106,7 @@ def main() -> None:
         size = ppmd(name)
         if size:
             print(json.dumps({"input": name, "ppmd_o6_bpb": 8 * size / n}), flush=True)
-    print("| input | threads | 0.2.0 bpb | format 2 bpb | change | 0.2.0 enc kB/s | format 2 enc kB/s | ratio |")
+    print("| input | threads | 0.2.0 bpb | this bpb | change | 0.2.0 enc kB/s | this enc kB/s | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         change = 100 * (r["new_bpb"] / r["old_bpb"] - 1)
@@ -117,7 +117,7 @@ def main() -> None:
     for r in rows:
         if "old_dec" in r:
             print(
-                f"decode {r['input']} ({r['settings']}): 0.2.0 {r['old_dec']:.1f} kB/s, format 2 {r['new_dec']:.1f} "
+                f"decode {r['input']} ({r['settings']}): 0.2.0 {r['old_dec']:.1f} kB/s, this {r['new_dec']:.1f} "
                 f"kB/s ({r['new_dec'] / r['old_dec']:.2f}x), both exact: {r['exact']}"
             )
 

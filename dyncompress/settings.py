@@ -278,7 +278,8 @@ def model_settings(
 ) -> Settings:
     """Settings for coding with `model` at `level` (and `rule`, `experts`, if given): the model's
     recorded defaults, those it records for the rule, then the level's changes; with experts mixed
-    in, the rule's rates scaled by `MIXED_FACTORS`."""
+    in, the rule's rates scaled by `MIXED_FACTORS`, except those recorded for the rule by `tune -o`
+    (measured as they are)."""
     _check_level(level)
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
@@ -292,9 +293,11 @@ def model_settings(
         **MODEL_LEVELS[level],
         "rule": rule,
     }
+    tuned = per_rule.get(rule, {})  # what `tune -o` measured (with the experts it ran with): as it is
     if MixSettings(**mixed).expert_names:
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
-            knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
+            if knob not in tuned and knob not in MODEL_LEVELS[level]:
+                knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 
 

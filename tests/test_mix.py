@@ -67,6 +67,19 @@ def test_the_experts_learn_and_the_mixer_weights_move():
     assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.w0)
 
 
+def test_the_network_learns_from_what_was_coded():
+    """The network's segment step descends the mixture's code length: the frequencies its
+    backward pass reads are the coded ones, not its own softmax."""
+    settings = settings_with("orders,word,match", lanes=2, segment_len=4)
+    predictor = Codec(settings).predictor
+    text = np.frombuffer(corpus("alice29.txt")[:12], dtype=np.uint8).astype(np.int32).reshape(6, 2)
+    coded = [predictor.step(text[t], 2) for t in range(3)]
+    for t, freqs in enumerate(coded):
+        assert np.array_equal(predictor.net.net.F[t].numpy(), freqs)
+    alone = Codec(settings_with("", lanes=2, segment_len=4)).predictor
+    assert not np.array_equal(alone.step(text[0], 2), coded[0])  # the mixture is not the network
+
+
 def test_a_long_repeat_costs_almost_nothing_the_second_time():
     """The issue's test: a text concatenated with itself, one lane: < 0.1 bits per byte in its
     second half (the match model finds it and the mixer learns to trust it; 0.03 here)."""
