@@ -20,11 +20,10 @@ mixer adds them in logit space:
 with weights w per lane that are the sum of one row from each of six tables, chosen by small
 contexts (the match length's bucket with the highest order seen; that order with its count bucket
 and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
-and the current word), and learns them
-online, after every byte, by the gradient of the code length: each chosen row -= lr * (sum_j p_j
-e_ij - e_iy). Everything is int64
-arithmetic (weights in units of 2^-16), so every machine gets the same bits; `exact.frequencies`
-turns z into the coded frequencies.
+and the current word), and learns them online, after every byte, by the gradient of the code
+length: each chosen row -= lr * (sum_j p_j e_ij - e_iy). Everything is int64 arithmetic (weights
+in units of 2^-16), so every machine gets the same bits; `exact.frequencies` turns z into the
+coded frequencies.
 
 All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
 in the same step, the lane with the lower index decides a tag, and their counts add (integer
@@ -50,6 +49,8 @@ COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a contex
 # weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
 # last two bytes, the last three (BENCHMARKS.md, format 3: each 0.1 ... 0.2 % on enwik6)
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
+_SET_SALTS = np.array([salt for _, salt, _ in HASHED_SETS], dtype=np.uint64)
+_SET_SHIFTS = np.array([64 - bits for _, _, bits in HASHED_SETS], dtype=np.uint64)
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
 Z_BOUND = 1 << 20  # |z| bound (256 nats) in units of 2^-12
 W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
@@ -211,14 +212,13 @@ class Experts:
             "triple": self.last & np.uint64(0xFFFFFF),
             "word": self.word[:, 0],
         }
-        cols = [
-            bucket * (self.K + 1) + order_seen,
-            order_seen * (2 * len(COUNT_EDGES) + 2) + conf,
-            (self.last & np.uint64(0xFF)).astype(np.int64),
-        ]
-        for name, salt, bits in HASHED_SETS:
-            cols.append((_mix64(keys[name] + np.uint64(salt)) >> np.uint64(64 - bits)).astype(np.int64))
-        sets = np.stack(cols, axis=1) + self.set_base  # (B, 6)
+        hashed = np.stack([keys[name] for name, _, _ in HASHED_SETS], axis=1)  # (B, 3): one hash call
+        sets = np.empty((B, 3 + len(HASHED_SETS)), dtype=np.int64)
+        sets[:, 0] = bucket * (self.K + 1) + order_seen
+        sets[:, 1] = order_seen * (2 * len(COUNT_EDGES) + 2) + conf
+        sets[:, 2] = self.last & np.uint64(0xFF)
+        sets[:, 3:] = _mix64(hashed + _SET_SALTS) >> _SET_SHIFTS
+        sets += self.set_base  # (B, 6)
         w = self.W[sets].sum(axis=1)  # (B, n_in)
         z = np.einsum("bi,bij->bj", w, E) >> 16
         np.clip(z, -Z_BOUND, Z_BOUND, out=z)

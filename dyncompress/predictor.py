@@ -156,12 +156,10 @@ class MixedPredictor:
         self.net = MLSTMPredictor(settings, model)
         self.experts = Experts(settings.mix, settings.lanes)
         self.t = 0
-        self.nats = 0.0  # the segment's code length so far (for reporting)
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
 
     def _learn(self, y: np.ndarray) -> None:
         used, freqs, k = self.pending
-        self.nats -= float(np.log(freqs[np.arange(k), y[:k]] / FREQ_TOTAL).sum())
         self.experts.learn(used, freqs, y, k)
         self.pending = None
 
@@ -179,9 +177,8 @@ class MixedPredictor:
         T = len(targets)
         assert T == self.t, "adapt() must follow the steps of the segment it learns from"
         self._learn(targets[T - 1])
-        self.net.adapt(targets, active)
-        nats, self.nats, self.t = self.nats, 0.0, 0
-        return nats
+        self.t = 0
+        return self.net.adapt(targets, active)  # its recorded frequencies are the coded ones
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
@@ -192,12 +189,12 @@ class MixedPredictor:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith("mix.")})
         self.experts.load({k[4:]: v.numpy() for k, v in state.items() if k.startswith("mix.")})
-        self.t, self.pending, self.nats = 0, None, 0.0
+        self.t, self.pending = 0, None
 
     def reset(self) -> None:
         self.net.reset()
         self.experts.reset()
-        self.t, self.pending, self.nats = 0, None, 0.0
+        self.t, self.pending = 0, None
 
     def record(self) -> dict:
         return self.net.record()

@@ -284,7 +284,6 @@ def model_settings(
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
     rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
-    mixed = {} if experts is None else {"experts": experts}
     knobs = {
         **MODEL_DEFAULTS,
         **defaults,
@@ -294,7 +293,7 @@ def model_settings(
         "rule": rule,
     }
     tuned = per_rule.get(rule, {})  # what `tune -o` measured (with the experts it ran with): as it is
-    if MixSettings(**mixed).expert_names:
+    if MixSettings(**({} if experts is None else {"experts": experts})).expert_names:
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
             if knob not in tuned and knob not in MODEL_LEVELS[level]:
                 knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
