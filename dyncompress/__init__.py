@@ -16,6 +16,7 @@ _EXPORTS = {
     "compress": ("api", "compress"),
     "decompress": ("api", "decompress"),
     "open": ("api", "open"),
+    "read_range": ("api", "read_range"),
     "Settings": ("settings", "Settings"),
     "DyncompressError": ("errors", "DyncompressError"),
     "DEFAULT_MODEL": ("settings", "DEFAULT_MODEL"),

@@ -34,6 +34,17 @@ def lane_lengths(length: int, lanes: int) -> tuple[int, np.ndarray]:
     return steps, np.clip(length - np.arange(lanes) * steps, 0, steps)
 
 
+def frame_spans(length: int, frame_size: int) -> list[tuple[int, int]]:
+    """[start, end) of every independent frame of `length` bytes (frame_size 0: one frame)."""
+    size = frame_size or max(length, 1)
+    return [(start, min(start + size, length)) for start in range(0, length, size)]
+
+
+def block_spans(start: int, end: int, block_size: int) -> list[tuple[int, int]]:
+    """[start, end) of every block of a frame: blocks never cross a frame's end."""
+    return [(b, min(b + block_size, end)) for b in range(start, end, block_size)]
+
+
 def to_lanes(data: bytes, lanes: int) -> np.ndarray:
     """Block bytes -> (steps, lanes) int32, lane i holding a contiguous part, zero padded."""
     steps, _ = lane_lengths(len(data), lanes)

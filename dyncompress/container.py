@@ -9,8 +9,14 @@
               tag 0x01: payload is range-coded; 0x02: payload is the block itself ("stored",
               when coding would have expanded it; the decoder still runs the model over it
               so that both sides adapt alike)
+    index   = 0x03 | frames u32 | per frame: (orig_len u64, comp_len u64) | crc32 u32
+              from format 3 on, just before the end marker: where every independent frame starts
+              (a frame is a run of blocks coded from a fresh start, see `Settings.frame_size`;
+              comp_len counts its blocks' bytes), so a reader can seek to the frames it needs
     end     = 0x00 | total_len u64 | blocks u32 | digest (16, BLAKE2b of all original bytes)
-                   | crc32 u32
+                   | [format 3: frames u32 | stream_len u64] | crc32 u32
+              stream_len is the whole stream's size, end marker included: from the end of a file
+              a reader finds the index, and the start of this stream (and of the one before it)
 
 All integers little-endian. Every byte of the file is covered by a CRC, so a
 corrupted file is refused before the model runs on it, and the digest of the
@@ -20,7 +26,7 @@ everything decoding needs; the decoder trusts it, never its own defaults.
 Parsers take a buffer and an offset and return (value, next_offset), or None
 when the buffer does not yet hold the whole item (streaming); bad data raises
 FormatError. `FrameReader` walks a stream with them (bytes pushed in any pieces,
-out come the header and the frames): the decoder, `info` and the measuring code
+out come the header, blocks, index and end): the decoder, `info` and the measuring code
 all read files through it.
 """
 
@@ -57,9 +63,14 @@ MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
 _HEAD = struct.Struct("<8sHI")
 _BLOCK = struct.Struct("<BIII8s")
-_END = struct.Struct("<BQI16s")
+_END2 = struct.Struct("<BQI16s")
+_END = struct.Struct("<BQI16sIQ")
+_INDEX = struct.Struct("<BI")
+_ENTRY = struct.Struct("<QQ")
 _CRC = struct.Struct("<I")
-TAG_END, TAG_BLOCK, TAG_STORED = 0, 1, 2
+END_SIZE = _END.size + _CRC.size
+TAG_END, TAG_BLOCK, TAG_STORED, TAG_INDEX = 0, 1, 2, 3
+MAX_FRAMES = 1 << 24
 
 
 class FormatError(DyncompressError):
@@ -90,6 +101,13 @@ def pack_header(meta: dict) -> bytes:
     body = deflate.compress(body) + deflate.flush()
     head = _HEAD.pack(MAGIC, VERSION, len(body)) + body
     return head + _CRC.pack(_crc(head))
+
+
+def format_version(fixed: bytes) -> int:
+    """The format of the stream that starts with these bytes (its magic checked)."""
+    if len(fixed) < _HEAD.size or fixed[: len(MAGIC)] != MAGIC:
+        raise FormatError("not a dyncompress file (bad magic bytes)")
+    return _HEAD.unpack(fixed[: _HEAD.size])[1]
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dict, int] | None:
@@ -123,6 +141,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
         raise FormatError("corrupt header (not a settings record)")
     if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
         meta["settings"]["mix"] = dict(FORMAT2_MIX)
+        meta["settings"]["frame_size"] = 0  # one frame: the whole stream
+    meta["format"] = version
     return meta, end
 
 
@@ -150,12 +170,24 @@ class Block:
     payload: bytes
     stored: bool = False
 
+    @property
+    def packed_len(self) -> int:
+        """Its bytes in the file, head included."""
+        return _BLOCK.size + _CRC.size + len(self.payload)
+
+
+@dataclass(frozen=True)
+class Index:
+    frames: tuple[tuple[int, int], ...]  # (original bytes, compressed bytes) of every frame
+
 
 @dataclass(frozen=True)
 class End:
     total_len: int
     blocks: int
     digest: bytes
+    frames: int = 1
+    stream_len: int = 0  # 0: not recorded (format 2)
 
 
 def pack_block(data: bytes, payload: bytes, stored: bool = False) -> bytes:
@@ -164,8 +196,18 @@ def pack_block(data: bytes, payload: bytes, stored: bool = False) -> bytes:
     return head + _CRC.pack(_crc(head)) + payload
 
 
-def pack_end(total_len: int, blocks: int, digest: bytes) -> bytes:
-    body = _END.pack(TAG_END, total_len, blocks, digest)
+def pack_index(frames: list[tuple[int, int]]) -> bytes:
+    body = _INDEX.pack(TAG_INDEX, len(frames)) + b"".join(_ENTRY.pack(*f) for f in frames)
+    return body + _CRC.pack(_crc(body))
+
+
+def index_size(frames: int) -> int:
+    return _INDEX.size + frames * _ENTRY.size + _CRC.size
+
+
+def pack_end(total_len: int, blocks: int, digest: bytes, frames: int, stream_len: int) -> bytes:
+    """`stream_len`: the stream's bytes before the end marker (the marker's own are added)."""
+    body = _END.pack(TAG_END, total_len, blocks, digest, frames, stream_len + END_SIZE)
     return body + _CRC.pack(_crc(body))
 
 
@@ -185,7 +227,9 @@ def _checked(buf, pos: int, layout: struct.Struct, what: str) -> tuple[tuple, in
     return layout.unpack(body), end
 
 
-def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) -> tuple[Block | End, int] | None:
+def parse_frame(
+    buf: bytes | bytearray | memoryview, pos: int, block_size: int, version: int = VERSION
+) -> tuple[Block | Index | End, int] | None:
     if len(buf) <= pos:
         return None
     tag = buf[pos]
@@ -204,12 +248,40 @@ def parse_frame(buf: bytes | bytearray | memoryview, pos: int, block_size: int) 
         if zlib.crc32(payload) != payload_crc:
             raise FormatError("corrupt compressed data (block checksum mismatch)")
         return Block(orig_len, digest, payload, stored), end
+    if tag == TAG_INDEX and version >= 3:
+        return parse_index(buf, pos)
     if tag == TAG_END:
-        if (parsed := _checked(buf, pos, _END, "end marker")) is None:
+        if (parsed := _checked(buf, pos, _END if version >= 3 else _END2, "end marker")) is None:
             return None
-        (_, total_len, blocks, digest), end = parsed
-        return End(total_len, blocks, digest), end
+        (_, total_len, blocks, digest, *more), end = parsed
+        return End(total_len, blocks, digest, *more), end
     raise FormatError(f"corrupt data (unknown frame tag {tag})")
+
+
+def parse_index(buf: bytes | bytearray | memoryview, pos: int) -> tuple[Index, int] | None:
+    fixed = bytes(buf[pos : pos + _INDEX.size])
+    if len(fixed) < _INDEX.size:
+        return None
+    count = _INDEX.unpack(fixed)[1]
+    if count > MAX_FRAMES:
+        raise FormatError("corrupt frame index (implausible length)")
+    end = pos + index_size(count)
+    if len(buf) < end:
+        return None
+    body = bytes(buf[pos : end - _CRC.size])
+    if _CRC.unpack(bytes(buf[end - _CRC.size : end]))[0] != _crc(body):
+        raise FormatError("corrupt frame index (checksum mismatch)")
+    entries = tuple(_ENTRY.iter_unpack(body[_INDEX.size :]))
+    return Index(entries), end
+
+
+def parse_end(tail: bytes) -> End:
+    """The format-3 end marker in the last `END_SIZE` bytes of a stream."""
+    if len(tail) != END_SIZE or tail[0] != TAG_END:
+        raise FormatError("no end marker at the end of the file (truncated, or not a seekable .dc file)")
+    parsed = _checked(tail, 0, _END, "end marker")
+    assert parsed is not None
+    return End(*parsed[0][1:])
 
 
 # --- walking a stream ---------------------------------------------------------------
@@ -226,12 +298,13 @@ def _block_limit(meta: dict) -> int:
 
 class FrameReader:
     """One .dc stream, pushed in as bytes arrive: `frames()` yields the Header, then every
-    complete Block, then the End; it stops (to be called again after more `push`) where the
+    complete Block, then the Index (format 3) and the End; it stops (to be called again after more `push`) where the
     buffered bytes end mid-item. Memory is bounded by one frame."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self.meta: dict | None = None
+        self.version = VERSION
         self._limit = 0
         self.offset = 0  # stream bytes consumed: the file's size so far
         self.ended = False
@@ -239,21 +312,21 @@ class FrameReader:
     def push(self, data: bytes) -> None:
         self._buf += data
 
-    def frames(self) -> Iterator[Header | Block | End]:
+    def frames(self) -> Iterator[Header | Block | Index | End]:
         pos = 0
         try:
             while not self.ended:
                 if self.meta is None:
                     parsed = parse_header(self._buf, pos)
                 else:
-                    parsed = parse_frame(self._buf, pos, self._limit)
+                    parsed = parse_frame(self._buf, pos, self._limit, self.version)
                 if parsed is None:
                     return
                 item, end = parsed
                 self.offset += end - pos
                 pos = end
                 if self.meta is None:
-                    self.meta, self._limit = item, _block_limit(item)
+                    self.meta, self._limit, self.version = item, _block_limit(item), item["format"]
                     item = Header(self.meta, end)
                 elif isinstance(item, End):
                     self.ended = True
@@ -276,8 +349,8 @@ class FrameReader:
 
 def read_frames(
     read: Callable[[int], bytes], chunk: int = 1 << 16, reader: FrameReader | None = None
-) -> Iterator[Header | Block | End]:
-    """The Header, Blocks and End of the stream that `read(n)` returns, pulled as needed
+) -> Iterator[Header | Block | Index | End]:
+    """The Header, Blocks, Index and End of the stream that `read(n)` returns, pulled as needed
     (through `reader`, if given, whose `offset` then tells how far the stream has been read)."""
     reader = reader or FrameReader()
     while not reader.ended:

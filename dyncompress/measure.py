@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .api import compress, iter_decompress
-from .codec import Codec, to_lanes
+from .codec import Codec, block_spans, frame_spans, to_lanes
 from .coder import FREQ_BITS
 from .container import Block, Header, read_frames
 from .errors import DyncompressError
@@ -95,25 +95,34 @@ def measure(
 ) -> Measurement:
     """Bits the codec would spend on `data` with these settings (the encoder's loop, no output)."""
     started = time.perf_counter()
-    try:
-        codec = Codec(settings, model)
-    except (ValueError, RuntimeError) as e:  # no GPU, a model of another shape
-        raise DyncompressError(str(e)) from None
+
+    def fresh() -> Codec:
+        try:
+            return Codec(settings, model)
+        except (ValueError, RuntimeError) as e:  # no GPU, a model of another shape
+            raise DyncompressError(str(e)) from None
+
+    codec = fresh()  # a bad setting fails before any work, even on no data
     bits, parts, order = 0.0, [], []
-    for offset in range(0, len(data), settings.block_size):
-        block = data[offset : offset + settings.block_size]
-        tally = Tally(settings.lanes)
-        codec.code_block(tally, to_lanes(block, settings.lanes), len(block), progress)
-        per_byte = tally.per_byte(len(block))
-        bits += min(float(per_byte.sum()), 8.0 * len(block))  # a block that would expand is stored
-        if positions:
-            parts.append(per_byte.astype(np.float32))
-            order.append(tally.in_coding_order().astype(np.float32))
+    for i, (start, end) in enumerate(frame_spans(len(data), settings.frame_size)):
+        codec = fresh() if i else codec  # every frame starts afresh
+        for offset, stop in block_spans(start, end, settings.block_size):
+            bits += _measure_block(codec, data[offset:stop], progress, positions, parts, order)
     seconds = time.perf_counter() - started
     m = Measurement(label, settings, len(data), bits, seconds)
     if positions:
         m.positions, m.order = (np.concatenate(p) if p else np.zeros(0, np.float32) for p in (parts, order))
     return m
+
+
+def _measure_block(codec: Codec, block: bytes, progress, positions: bool, parts: list, order: list) -> float:
+    tally = Tally(codec.s.lanes)
+    codec.code_block(tally, to_lanes(block, codec.s.lanes), len(block), progress)
+    per_byte = tally.per_byte(len(block))
+    if positions:
+        parts.append(per_byte.astype(np.float32))
+        order.append(tally.in_coding_order().astype(np.float32))
+    return min(float(per_byte.sum()), 8.0 * len(block))  # a block that would expand is stored
 
 
 def row_settings(

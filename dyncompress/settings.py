@@ -31,6 +31,9 @@ RULES = ("static", "sgd", "rms", "rms-decay")
 # segments of up to this many bytes (lanes x segment_len): the weight gradients sum that many.
 MAX_HIDDEN = 1024
 MAX_BATCH = 1 << 14
+# Independent frames: every frame of the input starts from the model (or the online seed) afresh,
+# so frames code and decode in parallel and alone. Chosen by measurement (BENCHMARKS.md, frames).
+FRAME_SIZE = 1 << 22
 DEVICES = ("cpu", "cuda")
 
 
@@ -98,6 +101,7 @@ class Settings:
     lanes: int = 16
     segment_len: int = 16
     block_size: int = 1 << 20
+    frame_size: int = FRAME_SIZE  # bytes per independent frame (a fresh start); 0: one frame, the whole stream
     threads: int = 1  # CPU threads while coding (speed only: the bits are the same with any number)
     device: str = "cpu"
     adapt: AdaptSettings = field(default_factory=AdaptSettings)
@@ -111,6 +115,8 @@ class Settings:
             (self.lanes * self.segment_len <= MAX_BATCH, f"lanes x segment length must be at most {MAX_BATCH}"),
             (self.block_size >= 1, "block size must be at least 1 byte"),
             (self.block_size <= MAX_BLOCK_SIZE, "block size must be at most 1 GiB"),
+            (self.frame_size >= 0, "frame size must be at least 0 (0: one frame)"),
+            (not 0 < self.frame_size < self.block_size, "the block size must not exceed the frame size"),
             (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
         ]
@@ -229,6 +235,13 @@ MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 MIN_LANE_BYTES = 32 * 1024
 
 
+def coded_size(size: int | None, frame_size: int) -> int | None:
+    """The longest run one codec sees: the input, or a frame of it if smaller (every frame starts afresh)."""
+    if frame_size and (size is None or size > frame_size):
+        return frame_size
+    return size
+
+
 def lanes_for_size(lanes: int, size: int) -> int:
     """Fewer lanes for a small input: on alice29 (152 kB) 4 lanes beat 16 by 0.17 bits per byte."""
     return max(1, min(lanes, size // MIN_LANE_BYTES))
@@ -328,12 +341,17 @@ def make_settings(
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
-    if settings is None and size_hint is not None and "lanes" not in overrides:
-        overrides["lanes"] = lanes_for_size(base.lanes, size_hint)
-    # tables sized to an input that fits one block (a streaming encoder knows that size too)
-    one_block = size_hint is not None and size_hint <= overrides.get("block_size", base.block_size)
-    if settings is None and one_block:
-        overrides = {**tables_for_size(base.mix, size_hint), **overrides}
+    frame_size = overrides.get("frame_size", base.frame_size)
+    if settings is None and frame_size and "block_size" not in overrides:
+        overrides["block_size"] = min(base.block_size, frame_size)
+    # what one codec will see: the input, or a frame of it (a streaming encoder knows the frame size)
+    size = coded_size(size_hint, frame_size)
+    if settings is None and size is not None and "lanes" not in overrides:
+        overrides["lanes"] = lanes_for_size(base.lanes, size)
+    # tables sized to that, when it fits one block or a frame (a streaming encoder knows it then too)
+    fits = size is not None and (size <= overrides.get("block_size", base.block_size) or frame_size)
+    if settings is None and fits:
+        overrides = {**tables_for_size(base.mix, size), **overrides}
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
     return _apply(base, {**overrides, "device": device})
