@@ -536,9 +536,10 @@ def read_range(
     try:
         streams = _streams(f)
         total = sum(e.total_len for _, e, _ in streams)
+        if not 0 <= start <= total or end is not None and end < start:
+            shown = "" if end is None else f"{end:,}"
+            raise DyncompressError(f"range {start:,}:{shown} is outside the data's {total:,} bytes")
         end = total if end is None else min(end, total)
-        if not 0 <= start <= total or end < start:
-            raise DyncompressError(f"range {start:,}:{end:,} is outside the data's {total:,} bytes")
         model = resolve_model(model)
         pieces, base = [], 0
         for offset, marker, index in streams:

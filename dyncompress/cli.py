@@ -29,11 +29,14 @@ from .cli_base import (
     ExpertsParam,
     Failure,
     Fatal,
+    SizeParam,
     knob,
     level_options,
     loading,
+    parse_range,
     setting,
     torch_threads,
+    workers_option,
 )
 from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
@@ -176,16 +179,18 @@ def _summary(name: str, n_in: int, n_out: int, seconds: float, encoding: bool) -
 
 def describe(name: str, reader) -> str:
     """`info`: the header's record and a walk over the frames (checksums checked, nothing decoded)."""
-    from .container import Block, FrameReader, Header, read_frames
+    from .container import Block, FrameReader, Header, Index, read_frames
 
     stream = FrameReader()
-    meta, blocks, original = {}, 0, 0
+    meta, blocks, original, frames = {}, 0, 0, ()
     for frame in read_frames(reader.read, CHUNK, stream):
         if isinstance(frame, Header):
             meta = frame.meta
         elif isinstance(frame, Block):
             blocks += 1
             original += frame.orig_len
+        elif isinstance(frame, Index):
+            frames = frame.frames
     compressed = stream.offset
     settings = dict(meta.get("settings", {}))
     nested = {k: settings.pop(k) for k in list(settings) if isinstance(settings[k], dict)}  # parts' own configs
@@ -202,6 +207,7 @@ def describe(name: str, reader) -> str:
         "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
         *(f"  {_PARTS.get(part, part):<15} " + _part_line(part, c) for part, c in nested.items()),
         *_tables_line(meta.get("settings", {})),
+        *_frames_lines(frames, settings.get("frame_size")),
         f"  fingerprint     {meta.get('fingerprint')}",
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
     ]
@@ -215,6 +221,26 @@ def _part_line(part: str, config: dict) -> str:
     if part == "mix" and not config.get("experts"):
         return "none (the network alone)"
     return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
+MAX_FRAME_LINES = 32
+
+
+def _frames_lines(frames: tuple[tuple[int, int], ...], frame_size) -> list[str]:
+    """The frame index: how many, and where each starts (each decodes alone: decode --range)."""
+    if not frames:
+        return []
+    size = f"at most {frame_size:,} bytes each" if frame_size else "one frame: the whole stream"
+    lines = [f"  frames          {len(frames)} ({size})"]
+    if len(frames) > 1:
+        start = 0
+        for i, (orig, packed) in enumerate(frames[:MAX_FRAME_LINES]):
+            bpb = 8 * packed / orig
+            lines.append(f"    {i + 1:>5}  bytes {start:,} ... {start + orig:,} -> {packed:,} ({bpb:.3f} bits/byte)")
+            start += orig
+        if len(frames) > MAX_FRAME_LINES:
+            lines.append(f"    ... and {len(frames) - MAX_FRAME_LINES} more")
+    return lines
 
 
 def _tables_line(settings: dict) -> list[str]:
@@ -337,6 +363,12 @@ MODEL_HELP = (
     click.IntRange(1, MAX_BLOCK_SIZE),
     f"Bytes per block (bounds memory; adaptation carries across blocks) [{D.block_size}].",
 )
+@knob(
+    "--frame-size",
+    SizeParam(),
+    f"Bytes per independent frame: each starts from the model afresh, so frames code in parallel (-j) and "
+    f"decode alone (decode --range); 0: one frame [{D.frame_size // 2**20}MiB].",
+)
 @click.option(
     "-m",
     "--model",
@@ -378,7 +410,8 @@ MODEL_HELP = (
     click.Choice(["cpu", "cuda"]),
     "Where the model runs [cuda when available, else cpu]. Any device decodes the file.",
 )
-def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, **knobs):
+@workers_option
+def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, workers, **knobs):
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
     By default the shipped pretrained model starts the coding and adapts to
@@ -411,12 +444,15 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
 
         def work(reader, writer, size):
             progress = ProgressLine(_name(path), size, opts.verbosity >= 1)
+            comp = None
             try:
-                comp = Compressor(level=level, model=model, size_hint=size, progress=progress, **knobs)
+                comp = Compressor(level=level, model=model, size_hint=size, progress=progress, workers=workers, **knobs)
                 while chunk := reader.read(CHUNK):
                     writer.write(comp.compress(chunk))
                 writer.write(comp.flush())
             finally:
+                if comp is not None:
+                    comp.close()
                 progress.close()
 
         n_in, n_out = _run(path, opts, target, work, reading_compressed=False)
@@ -434,7 +470,9 @@ def _encoded_name(path: str) -> str:
     return parse_source(path).stem + SUFFIX
 
 
-def _decode_files(files, opts: Options, testing: bool, model: str | None, device=None, threads=None) -> None:
+def _decode_files(
+    files, opts: Options, testing: bool, model: str | None, device=None, threads=None, workers=1, span=None
+) -> None:
     if model is not None:
         with loading():
             from .api import resolve_model
@@ -457,7 +495,10 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None, device
                 from .api import iter_decompress
             progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
-                for piece in iter_decompress(reader.read, progress, CHUNK, model, device, threads):
+                if span is not None:
+                    writer.write(_read_range(reader, span, model, device, threads, workers, progress))
+                    return
+                for piece in iter_decompress(reader.read, progress, CHUNK, model, device, threads, workers):
                     writer.write(piece)
             finally:
                 progress.close()
@@ -483,7 +524,17 @@ def _decode_files(files, opts: Options, testing: bool, model: str | None, device
     help="CPU threads [the usable cores, at most 4]. Any number gives the same bytes.",
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Where to decode [cuda when available, else cpu].")
-def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model, threads, device):
+@workers_option
+@click.option(
+    "--range",
+    "span",
+    metavar="START:END",
+    help="Only bytes START (counted from 0) up to END (not included) of the original, decoding just the frames "
+    "that hold them; to stdout unless -o. 1M:1.5M, 1000: (to the end).",
+)
+def decode(
+    files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model, threads, device, workers, span
+):
     """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout).
 
     A file decodes on any machine: other CPU, GPU, thread count or torch version.
@@ -491,7 +542,21 @@ def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testin
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     if testing:
         opts.stdout, opts.remove = False, False
-    _decode_files(files, opts, testing, model, device, threads)
+    if span is not None:
+        span = parse_range(span)
+        if testing or remove or len(files) != 1 or files[0] == "-":
+            raise click.UsageError("--range takes one .dc file (not stdin: it seeks), and no -t or --rm")
+        opts.stdout = opts.stdout or not opts.output
+    _decode_files(files, opts, testing, model, device, threads, workers, span)
+
+
+def _read_range(reader, span, model, device, threads, workers, progress) -> bytes:
+    with loading():
+        from .api import read_range
+    f = reader.stream  # the file under the byte counter
+    if not f.seekable():
+        raise Failure("--range needs a file it can seek in, not a pipe")
+    return read_range(f, *span, model=model, device=device, threads=threads, workers=workers, progress=progress)
 
 
 @main.command()
@@ -499,10 +564,11 @@ def decode(files, output, to_stdout, force, keep, remove, quiet, verbose, testin
 @click.option("-q", "--quiet", count=True, help="Print nothing; the exit code tells.")
 @click.option("-v", "--verbose", count=True, help="Print FILE: OK per good file (the default).")
 @click.option("-m", "--model", metavar="NAME|PATH", help=MODEL_HELP)
-def test(files, quiet, verbose, model):
+@workers_option
+def test(files, quiet, verbose, model, workers):
     """Decode FILES and verify them against their checksums, writing nothing."""
     opts = _options(None, False, False, False, False, quiet, verbose + 1)
-    _decode_files(files, opts, True, model)
+    _decode_files(files, opts, True, model, workers=workers)
 
 
 @main.command()

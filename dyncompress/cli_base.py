@@ -58,6 +58,53 @@ class ExpertsParam(click.ParamType):
         return ",".join(n for n in EXPERTS if n in names)  # one spelling per set
 
 
+class SizeParam(click.ParamType):
+    """A byte count: 4194304, 4MiB, 256KiB (binary units) or 1M, 250k (decimal, as elsewhere here)."""
+
+    name = "SIZE"
+    _UNITS = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        import re
+
+        m = re.fullmatch(r"(\d[\d_]*)\s*([kKMG]|[KMG]iB)?", value.strip())
+        if not m:
+            self.fail(f"{value!r}: a size in bytes, such as 4MiB, 256KiB, 1M or 0", param, ctx)
+        return int(m.group(1).replace("_", "")) * self._UNITS[m.group(2) or ""]
+
+
+def parse_range(text: str) -> tuple[int, int | None]:
+    """'START:END' in bytes ('2.5M', '64k', either side empty) -> (start, end or None)."""
+    from .corpus import parse_offset
+
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError("expected START:END")
+        first = parse_offset(start) if start.strip() else 0
+        last = parse_offset(end) if end.strip() else None
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r}: {e} (START:END in bytes, e.g. 1M:1.5M or 1000:)") from None
+    if last is not None and last < first:
+        raise click.BadParameter(f"{text!r}: the end comes before the start")
+    return first, last
+
+
+def workers_option(f):
+    """-j/--workers: frames in parallel processes."""
+    return click.option(
+        "-j",
+        "--workers",
+        type=click.IntRange(0, 1024),
+        default=1,
+        show_default=True,
+        help="Code the independent frames in N processes (0: one per core), one CPU thread each unless -T "
+        "says otherwise. Speed only: any N gives the same bytes.",
+    )(f)
+
+
 EXPERTS_HELP = (
     "Byte statistics mixed with the network: 'all', 'none' (the network alone), or a list of "
     "orders (order-1...6 contexts), word (word contexts), match (long repeats) [all]."

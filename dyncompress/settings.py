@@ -348,9 +348,8 @@ def make_settings(
     size = coded_size(size_hint, frame_size)
     if settings is None and size is not None and "lanes" not in overrides:
         overrides["lanes"] = lanes_for_size(base.lanes, size)
-    # tables sized to that, when it fits one block or a frame (a streaming encoder knows it then too)
-    fits = size is not None and (size <= overrides.get("block_size", base.block_size) or frame_size)
-    if settings is None and fits:
+    # tables sized to that, when it fits one block (a streaming encoder knows that size too)
+    if settings is None and size is not None and size <= overrides.get("block_size", base.block_size):
         overrides = {**tables_for_size(base.mix, size), **overrides}
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()

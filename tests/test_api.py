@@ -12,12 +12,15 @@ import dyncompress
 from conftest import SMALL, corpus
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
 from dyncompress.container import (
+    END_SIZE,
     MAGIC,
     VERSION,
     Block,
     FrameReader,
     pack_block,
+    pack_end,
     pack_header,
+    parse_end,
     parse_frame,
     parse_header,
     read_frames,
@@ -115,9 +118,13 @@ def test_corruption_anywhere_fails_cleanly():
 
 
 def _rewrite_header(packed: bytes, edit) -> bytes:
+    """The stream with its header edited (and its end marker's stream length set to match)."""
     meta, end = parse_header(packed)
+    del meta["format"]
     edit(meta)
-    return pack_header(meta) + packed[end:]
+    body = pack_header(meta) + packed[end:-END_SIZE]
+    marker = parse_end(packed[-END_SIZE:])
+    return body + pack_end(marker.total_len, marker.blocks, marker.digest, marker.frames, len(body))
 
 
 def test_failed_self_test_is_refused_up_front_naming_both_platforms():

@@ -16,10 +16,13 @@ from dyncompress.container import (
     FormatError,
     FrameReader,
     Header,
+    Index,
     block_digest,
     pack_block,
     pack_end,
     pack_header,
+    pack_index,
+    parse_end,
     parse_frame,
     parse_header,
     read_frames,
@@ -34,7 +37,7 @@ def test_header_round_trip_and_streaming():
     for cut in range(len(packed)):  # every prefix: "need more", never a wrong answer
         assert parse_header(packed[:cut]) is None
     meta, end = parse_header(packed + b"rest")
-    assert meta == META and end == len(packed)
+    assert meta == {**META, "format": VERSION} and end == len(packed)
 
 
 def test_the_settings_record_is_deflated_and_checked():
@@ -44,7 +47,7 @@ def test_the_settings_record_is_deflated_and_checked():
     meta["fingerprint"], meta["settings"]["lanes"] = "fedcba9876543210", 3
     packed = pack_header(meta)
     assert len(packed) < 100 < len(META_DICT)
-    assert parse_header(packed) == (meta, len(packed))
+    assert parse_header(packed) == ({**meta, "format": VERSION}, len(packed))
     body = packed[14:-4]
     for bad in (body + b"\x00", body[:-1], json.dumps(meta).encode()):
         head = MAGIC + struct.pack("<HI", VERSION, len(bad)) + bad
@@ -52,16 +55,26 @@ def test_the_settings_record_is_deflated_and_checked():
             parse_header(head + struct.pack("<I", zlib.crc32(head)))
 
 
+def tail(frames: list[tuple[int, int]], total: int, blocks: int, digest: bytes, before: int) -> bytes:
+    """The frame index and end marker of a stream with `before` bytes ahead of them."""
+    index = pack_index(frames)
+    return index + pack_end(total, blocks, digest, len(frames), before + len(index))
+
+
 def test_frames_round_trip_and_streaming():
     data, payload = b"hello world", b"\x01\x02\x03\x04" * 3
-    stream = pack_block(data, payload) + pack_end(len(data), 1, b"d" * 16)
+    packed = pack_block(data, payload)
+    stream = packed + tail([(len(data), len(packed))], len(data), 1, b"d" * 16, 100 + len(packed))
     for cut in range(len(stream) - 1):
         parsed = parse_frame(stream[:cut], 0, block_size=64)
         assert parsed is None or isinstance(parsed[0], Block)
     block, pos = parse_frame(stream, 0, block_size=64)
-    assert block == Block(len(data), block_digest(data), payload)
+    assert block == Block(len(data), block_digest(data), payload) and block.packed_len == len(packed)
+    index, pos = parse_frame(stream, pos, block_size=64)
+    assert index == Index(((len(data), len(packed)),))
     end, pos2 = parse_frame(stream, pos, block_size=64)
-    assert end == End(len(data), 1, b"d" * 16) and pos2 == len(stream)
+    assert end == End(len(data), 1, b"d" * 16, 1, 100 + len(stream)) and pos2 == len(stream)
+    assert parse_end(stream[-len(stream) + pos :]) == end  # found from the end of a file
 
 
 def walk(stream: bytes, chunk: int = 7) -> list:
@@ -71,10 +84,11 @@ def walk(stream: bytes, chunk: int = 7) -> list:
 
 def test_frame_reader_gives_the_same_items_whatever_the_pieces():
     blocks = [(b"first block", b"\x01" * 8), (b"second", b"\x02" * 4)]
-    stream = pack_header(META) + b"".join(pack_block(d, p) for d, p in blocks) + pack_end(17, 2, b"e" * 16)
+    body = pack_header(META) + b"".join(pack_block(d, p) for d, p in blocks)
+    stream = body + tail([(17, len(body) - len(pack_header(META)))], 17, 2, b"e" * 16, len(body))
     whole = walk(stream, chunk=len(stream))
-    assert [type(f) for f in whole] == [Header, Block, Block, End]
-    assert whole[0] == Header(META, len(pack_header(META)))
+    assert [type(f) for f in whole] == [Header, Block, Block, Index, End]
+    assert whole[0] == Header({**META, "format": VERSION}, len(pack_header(META)))
     assert [f.payload for f in whole[1:3]] == [p for _, p in blocks]
     for cut in range(1, len(stream)):  # two pushes, split anywhere
         reader = FrameReader()
@@ -86,8 +100,13 @@ def test_frame_reader_gives_the_same_items_whatever_the_pieces():
         assert reader.unused == b"next stream"
 
 
+def small_stream() -> bytes:
+    body = pack_header(META) + pack_block(b"abc", b"\x00" * 8)
+    return body + tail([(3, len(body) - len(pack_header(META)))], 3, 1, b"x" * 16, len(body))
+
+
 def test_frame_reader_names_truncation():
-    stream = pack_header(META) + pack_block(b"abc", b"\x00" * 8) + pack_end(3, 1, b"x" * 16)
+    stream = small_stream()
     header = len(pack_header(META))
     for cut, message in ((0, "empty input"), (5, "incomplete header"), (header + 3, "end marker is missing")):
         with pytest.raises(FormatError, match=message):
@@ -98,8 +117,8 @@ def test_frame_reader_names_truncation():
 
 
 def test_every_single_byte_corruption_is_caught():
-    stream = pack_header(META) + pack_block(b"abc", b"\x00" * 8) + pack_end(3, 1, b"x" * 16)
-    assert len(walk(stream)) == 3
+    stream = small_stream()
+    assert len(walk(stream)) == 4
     for i in range(len(stream)):
         for flip in (0x01, 0x80):
             bad = bytearray(stream)

@@ -3,7 +3,8 @@ writes them byte for byte (a file format is a promise).
 
 format2/NAME.dc was written from NAME.src by `golden/make.py` (format 2, exact arithmetic): every
 version that reads format 2, on every machine, must decode it exactly and re-encode the source
-with the recorded settings to the same header (less the platform record) and the same frames.
+with the recorded settings to the same header (less the platform record) and the same blocks
+(format 3 ends a stream with a frame index and a longer end marker).
 That is checked here in fresh processes under four kernel sets (the machine's best, AVX2, ATen's
 generic kernels, MKL limited to SSE4.2) and two thread counts.
 
@@ -39,7 +40,7 @@ from pathlib import Path
 import torch
 import dyncompress
 from dyncompress.api import resolve_model
-from dyncompress.container import parse_header
+from dyncompress.container import END_SIZE, index_size, parse_end, parse_frame, parse_header
 from dyncompress.settings import Settings
 
 results = {}
@@ -56,8 +57,13 @@ for path in sys.argv[1:]:
         r["error"] = str(e)
     again = dyncompress.compress(source, model=model, settings=settings)
     meta2, end2 = parse_header(again)
-    r["same_frames"] = again[end2:] == packed[end:]
-    r["same_meta"] = {**meta2, "platform": None} == {**meta, "platform": None}
+    # the blocks and the end marker's totals (format 3 adds a frame index and a stream length)
+    marker, old_end = parse_end(again[-END_SIZE:]), parse_frame(packed, len(packed) - 33, 1, 2)[0]
+    tail = END_SIZE + index_size(marker.frames)
+    r["same_frames"] = again[end2:-tail] == packed[end:-33] and marker.frames == min(1, len(source)) and (
+        (marker.total_len, marker.blocks, marker.digest) == (old_end.total_len, old_end.blocks, old_end.digest)
+    )
+    r["same_meta"] = {**meta2, "platform": None, "format": 2} == {**meta, "platform": None}
     results[Path(path).name] = r
 print(json.dumps(results))
 """
