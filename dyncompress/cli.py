@@ -30,6 +30,8 @@ from .cli_base import (
     Failure,
     Fatal,
     SizeParam,
+    cluster_option,
+    frame_executor,
     knob,
     level_options,
     loading,
@@ -411,7 +413,10 @@ MODEL_HELP = (
     "Where the model runs [cuda when available, else cpu]. Any device decodes the file.",
 )
 @workers_option
-def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, workers, **knobs):
+@cluster_option
+def encode(
+    files, output, to_stdout, force, keep, remove, quiet, verbose, level, model, online, workers, cluster, **knobs
+):
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
     By default the shipped pretrained model starts the coding and adapts to
@@ -458,7 +463,12 @@ def encode(files, output, to_stdout, force, keep, remove, quiet, verbose, level,
         n_in, n_out = _run(path, opts, target, work, reading_compressed=False)
         opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, True))
 
-    _each(files, opts, one)
+    workers, client = frame_executor(cluster, workers, knobs.get("device"))
+    try:
+        _each(files, opts, one)
+    finally:
+        if client is not None:
+            client.close()
 
 
 def _encoded_name(path: str) -> str:
@@ -471,7 +481,15 @@ def _encoded_name(path: str) -> str:
 
 
 def _decode_files(
-    files, opts: Options, testing: bool, model: str | None, device=None, threads=None, workers=1, span=None
+    files,
+    opts: Options,
+    testing: bool,
+    model: str | None,
+    device=None,
+    threads=None,
+    workers=1,
+    span=None,
+    cluster=None,
 ) -> None:
     if model is not None:
         with loading():
@@ -509,7 +527,12 @@ def _decode_files(
         else:
             opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, False))
 
-    _each(files, opts, one)
+    workers, client = frame_executor(cluster, workers, device)
+    try:
+        _each(files, opts, one)
+    finally:
+        if client is not None:
+            client.close()
 
 
 @main.command()
@@ -525,6 +548,7 @@ def _decode_files(
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Where to decode [cuda when available, else cpu].")
 @workers_option
+@cluster_option
 @click.option(
     "--range",
     "span",
@@ -533,7 +557,21 @@ def _decode_files(
     "that hold them; to stdout unless -o. 1M:1.5M, 1000: (to the end).",
 )
 def decode(
-    files, output, to_stdout, force, keep, remove, quiet, verbose, testing, model, threads, device, workers, span
+    files,
+    output,
+    to_stdout,
+    force,
+    keep,
+    remove,
+    quiet,
+    verbose,
+    testing,
+    model,
+    threads,
+    device,
+    workers,
+    cluster,
+    span,
 ):
     """Decompress FILES.dc (each to FILE; '-' or none: stdin to stdout).
 
@@ -547,7 +585,7 @@ def decode(
         if testing or remove or len(files) != 1 or files[0] == "-":
             raise click.UsageError("--range takes one .dc file (not stdin: it seeks), and no -t or --rm")
         opts.stdout = opts.stdout or not opts.output
-    _decode_files(files, opts, testing, model, device, threads, workers, span)
+    _decode_files(files, opts, testing, model, device, threads, workers, span, cluster)
 
 
 def _read_range(reader, span, model, device, threads, workers, progress) -> bytes:

@@ -105,6 +105,35 @@ def workers_option(f):
     )(f)
 
 
+def cluster_option(f):
+    return click.option(
+        "--cluster",
+        metavar="ADDRESS",
+        help="Run the frames on a Dask cluster: its scheduler's address (tcp://host:8786) or scheduler file "
+        "(needs pip install 'dyncompress[cluster]'). Instead of -j.",
+    )(f)
+
+
+def frame_executor(cluster: str | None, workers: int, device: str | None):
+    """(workers for the API, client to close): -j's count, or the cluster's executor."""
+    if cluster is None:
+        return workers, None
+    if workers != 1:
+        raise click.UsageError("--cluster and -j contradict each other (the cluster's workers do the work)")
+    from .cluster import connect, executor
+    from .errors import DyncompressError
+
+    try:
+        client = connect(cluster)
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    try:
+        return executor(client, device or "cpu"), client
+    except DyncompressError as e:
+        client.close()
+        raise Fatal(str(e)) from None
+
+
 EXPERTS_HELP = (
     "Byte statistics mixed with the network: 'all', 'none' (the network alone), or a list of "
     "orders (order-1...6 contexts), word (word contexts), match (long repeats) [all]."

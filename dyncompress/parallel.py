@@ -15,6 +15,7 @@ fails the whole run with one line; Ctrl-C (in the main process: workers ignore i
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -94,6 +95,8 @@ def _progress(n: int) -> None:
 def _start_worker(counter) -> None:
     global _counter
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    if hasattr(signal, "pthread_sigmask"):  # born with it blocked (see `_spawning`): now ignored
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _counter = counter
     torch.set_num_threads(1)
 
@@ -103,6 +106,21 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _spawning(own: bool):
+    """Ctrl-C blocked while a submit may start a worker: the new process inherits the mask, so a
+    Ctrl-C to the terminal's process group cannot hit it before it has set SIGINT to ignored (it
+    would print a traceback). Here, one that arrives meanwhile is delivered when the block ends."""
+    if not own or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class Pool:
@@ -119,13 +137,14 @@ class Pool:
             self._own = True
         else:
             self._counter, self._executor, self._own = None, workers, False
-        self.ahead = ahead or 2 * (workers if isinstance(workers, int) else 2)
+        self.ahead = ahead or 2 * (workers if isinstance(workers, int) else getattr(workers, "slots", 2))
         self._jobs: collections.deque[tuple[Future, int]] = collections.deque()
         self._reported = 0
 
     def submit(self, size: int, fn, *args) -> None:
         """Run `fn(*args)`, a job on `size` bytes (for progress when the workers cannot report)."""
-        self._jobs.append((self._executor.submit(fn, *args), size))
+        with _spawning(self._own):
+            self._jobs.append((self._executor.submit(fn, *args), size))
 
     @property
     def full(self) -> bool:
