@@ -19,6 +19,7 @@ Their arithmetic is exact like ours, so any worker on any machine gives the same
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Executor
 
 from .errors import DyncompressError
@@ -35,6 +36,19 @@ def connect(address: str, timeout: str = CONNECT_TIMEOUT):
             "--cluster needs Dask distributed, which is not installed: pip install 'dyncompress[cluster]'"
         ) from None
     kind = "scheduler_file" if address.endswith(".json") else "address"
+    if kind == "address":  # a client that failed on a bad address hangs 20 s at exit: check it first
+        from distributed.comm import parse_address
+        from distributed.comm.registry import backends
+
+        try:
+            scheme, _ = parse_address(address)
+        except ValueError as e:
+            raise DyncompressError(f"not a Dask scheduler address: {address} ({e})") from None
+        if scheme not in backends:
+            known = ", ".join(sorted(backends))
+            raise DyncompressError(f"not a Dask scheduler address: {address} (scheme {scheme!r}; known: {known})")
+    elif not os.path.isfile(address):
+        raise DyncompressError(f"{address}: no such scheduler file")
     try:
         return Client(**{kind: address}, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:

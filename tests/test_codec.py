@@ -116,12 +116,12 @@ def test_fingerprint_is_reproduced_by_a_fresh_process_and_tracks_settings():
 
 
 def test_bounded_stress_run_has_no_failures(tmp_path):
-    """bench/stress.py for ~25 s (small inputs and networks; BENCHMARKS.md has a long run): random
+    """bench/stress.py for ~12 s (small inputs and networks; BENCHMARKS.md has a long run): random
     inputs, modes, levels, lanes and block sizes, in-process and in fresh CLI processes, two
     workers at once; every round trip exact."""
     script = Path(__file__).resolve().parent.parent / "bench" / "stress.py"
     r = subprocess.run(
-        [sys.executable, str(script), "--seconds", "25", "--workers", "2", "--max-size", "2000", "--max-hidden", "32"]
+        [sys.executable, str(script), "--seconds", "12", "--workers", "2", "--max-size", "2000", "--max-hidden", "32"]
         + ["--fresh-every", "4", "--seed", "7", "--failures", str(tmp_path / "failures.json")],
         capture_output=True,
         text=True,

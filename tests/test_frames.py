@@ -1,0 +1,183 @@
+"""Independent frames: each decodes alone and in any order; workers, a cluster and random access
+give the same bytes as one process; a dead worker, Ctrl-C and damage to the index fail cleanly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SMALL, corpus, run_cli
+from dyncompress import Compressor, DyncompressError, compress, decompress, read_range
+from dyncompress.container import END_SIZE, FormatError, index_size, pack_end, pack_index, parse_end
+from dyncompress.settings import make_settings
+
+FRAMED = dict(SMALL, hidden=16, lanes=4, frame_size=2400, block_size=1000)  # frames of 3 blocks
+DATA = corpus("alice29.txt")[:8000]  # 4 frames: 2400 x 3 and 800
+
+
+@pytest.fixture(scope="module")
+def packed() -> bytes:
+    return compress(DATA, **FRAMED)
+
+
+def test_workers_write_the_same_file_and_decode_it(packed):
+    """-j 2 codes the frames in two processes: the same bytes as one process, both ways; the progress
+    they report adds up to the input."""
+    seen = []
+    comp = Compressor(size_hint=len(DATA), workers=2, progress=seen.append, **FRAMED)
+    try:
+        assert comp.compress(DATA) + comp.flush() == packed
+    finally:
+        comp.close()
+    assert sum(seen) == len(DATA)
+    assert decompress(packed, workers=2) == decompress(packed) == DATA
+    assert len(packed) < len(compress(DATA, **dict(FRAMED, frame_size=0))) * 1.5  # frames cost, not that much
+
+
+def test_each_frame_decodes_alone_and_in_any_order(packed, tmp_path):
+    """Ranges at frame edges and inside frames; the frames read last to first; a damaged frame
+    does not stop a range that does not need it (only the frames holding the range are read)."""
+    path = tmp_path / "f.dc"
+    path.write_bytes(packed)
+    spans = [(0, 1), (2390, 2410), (2400, 4800), (5000, 5100), (7199, 8000), (0, 8000), (7999, None), (5, 5)]
+    for start, end in spans:
+        assert read_range(str(path), start, end) == DATA[start:end], (start, end)
+    backwards = [read_range(str(path), a, a + 2400) for a in (7200, 4800, 2400, 0)]
+    assert b"".join(reversed(backwards)) == DATA
+    # break a byte inside the first frame's payload: the rest still reads, the first is refused
+    damaged = bytearray(packed)
+    damaged[len(packed) // 8] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    assert read_range(str(path), 5000, 6000) == DATA[5000:6000]
+    with pytest.raises(DyncompressError):
+        read_range(str(path), 100, 200)
+    with pytest.raises(DyncompressError):
+        decompress(bytes(damaged))
+
+
+def test_ranges_span_concatenated_streams_and_refuse_what_is_not_there(packed, tmp_path):
+    other = compress(DATA[:3000], **FRAMED)
+    path = tmp_path / "two.dc"
+    path.write_bytes(packed + other)
+    both = DATA + DATA[:3000]
+    for start, end in [(7900, 8100), (8000, 11000), (10999, 11000), (100, 10000)]:
+        assert read_range(str(path), start, end, workers=2 if start == 100 else None) == both[start:end]
+    with pytest.raises(DyncompressError, match="outside"):
+        read_range(str(path), 11001, 11002)
+    path.write_bytes(packed[:-1])
+    with pytest.raises(FormatError):
+        read_range(str(path), 0, 10)
+
+
+def test_the_index_must_match_the_frames(packed):
+    """An index or end marker with good checksums but wrong numbers is refused, by the streaming
+    decoder and by random access."""
+    marker = parse_end(packed[-END_SIZE:])
+    body = packed[: -END_SIZE - index_size(marker.frames)]
+    frames = [(2400, 0), (2400, 0), (2400, 0), (800, 0)]  # wrong compressed sizes
+    index = pack_index(frames)
+    forged = body + index + pack_end(marker.total_len, marker.blocks, marker.digest, 4, len(body) + len(index))
+    with pytest.raises(FormatError, match="frame index"):
+        decompress(forged)
+    no_index = body + pack_end(marker.total_len, marker.blocks, marker.digest, 4, len(body))
+    with pytest.raises(FormatError, match="frame index"):
+        decompress(no_index)
+
+
+def test_frame_settings_are_checked_and_sized():
+    s = make_settings(size_hint=10**7, model=None, frame_size=300_000)
+    assert s.block_size == 300_000 and s.frame_size == 300_000  # blocks never cross a frame
+    assert make_settings(size_hint=10**7, model=None, frame_size=0).frame_size == 0
+    with pytest.raises(ValueError, match="frame size"):
+        make_settings(model=None, frame_size=1000, block_size=2000)
+
+
+def test_format2_files_have_no_index_for_ranges():
+    golden = os.path.join(os.path.dirname(__file__), "golden", "format2", "model-default.dc")
+    with pytest.raises(FormatError, match="no frame index"):
+        read_range(golden, 0, 10)
+
+
+def _cli_encode(tmp_path, *extra) -> subprocess.CompletedProcess:
+    args = ["encode", "-f", "--online", "--hidden", "16", "--lanes", "4", "--segment-len", "8"]
+    args += ["--frame-size", "2400", "--block-size", "1000"]
+    return run_cli(*args, *extra, "-o", tmp_path / "cli.dc", tmp_path / "src")
+
+
+def test_cli_workers_range_and_info(packed, tmp_path):
+    (tmp_path / "src").write_bytes(DATA)
+    r = _cli_encode(tmp_path, "-j", "2")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "cli.dc").read_bytes() == packed  # the API's one-process file, byte for byte
+    r = run_cli("decode", "--range", "2390:2.41k", tmp_path / "cli.dc")
+    assert r.returncode == 0 and r.stdout == DATA[2390:2410], r.stderr
+    r = run_cli("decode", "-j", "2", "-c", "-", input=packed)  # stdin -> stdout
+    assert r.returncode == 0 and r.stdout == DATA, r.stderr
+    info = run_cli("info", tmp_path / "cli.dc").stdout.decode()
+    assert "frames          4 (at most 2,400 bytes each)" in info and "bytes 7,200 ... 8,000" in info
+    for bad in (["--range", "9:3"], ["--range", "5", "-t"]):
+        r = run_cli("decode", *bad, tmp_path / "cli.dc")
+        assert r.returncode == 2 and b"Traceback" not in r.stderr
+    r = run_cli("decode", "--range", "9000:", tmp_path / "cli.dc")
+    assert r.returncode == 1 and r.stderr.decode().count("\n") == 1 and "outside" in r.stderr.decode()
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes of `pid` (its children, less multiprocessing's resource tracker)."""
+    kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    return [int(k) for k in kids if b"resource_tracker" not in open(f"/proc/{k}/cmdline", "rb").read()]
+
+
+def _started(tmp_path, how: str) -> subprocess.Popen:
+    """An encode with two workers, once they are both at work."""
+    (tmp_path / "src").write_bytes(corpus("alice29.txt")[:120000])
+    args = ["-m", "dyncompress", "encode", "--online", "--hidden", "64", "--frame-size", "20000", "-j", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, *args, str(tmp_path / "src")],
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: (os.setpgrp(), signal.signal(signal.SIGINT, signal.SIG_DFL)),
+    )
+    deadline = time.time() + 90
+    while len(_workers_of(proc.pid)) < 2 or not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        assert time.time() < deadline and proc.poll() is None, how
+        time.sleep(0.1)
+    time.sleep(2)  # the workers past their start-up, coding
+    return proc
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"), reason="Linux /proc")
+def test_a_killed_worker_or_ctrl_c_stops_everything_and_leaves_nothing(tmp_path):
+    proc = _started(tmp_path, "kill")
+    os.kill(_workers_of(proc.pid)[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and err.decode().count("\n") == 1 and "worker process died" in err.decode(), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+    proc = _started(tmp_path, "ctrl-c")
+    workers = _workers_of(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, -signal.SIGINT) and err.decode().strip() == "dyncompress: interrupted", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    time.sleep(0.5)
+    assert not [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
+
+
+def test_a_local_cluster_of_two_workers_codes_the_same_file(packed, tmp_path):
+    import distributed  # the test extra installs it
+
+    (tmp_path / "src").write_bytes(DATA)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        r = _cli_encode(tmp_path, "--cluster", cluster.scheduler_address)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "cli.dc").read_bytes() == packed
+        r = run_cli("decode", "-c", "--cluster", cluster.scheduler_address, tmp_path / "cli.dc")
+        assert r.returncode == 0 and r.stdout == DATA, r.stderr
+    for address, said in (("foo://x", "not a Dask scheduler address"), ("none.json", "no such scheduler file")):
+        r = _cli_encode(tmp_path, "--cluster", address)
+        assert r.returncode == 1 and said in r.stderr.decode() and r.stderr.decode().count("\n") == 1, r.stderr
+    r = _cli_encode(tmp_path, "--cluster", "tcp://127.0.0.1:1", "-j", "2")
+    assert r.returncode == 2 and b"contradict" in r.stderr
