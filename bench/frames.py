@@ -1,0 +1,145 @@
+"""Independent frames: ratio and wall-time throughput by frame size and worker count, random
+access, and a local Dask cluster against -j 2. Every run is the real command line, timed from the
+outside (start-up included), every file checked by a full decode.
+
+    python bench/frames.py                      # the 3.5 MB enwik8 head: about an hour on 2 cores
+    python bench/frames.py --bytes 300000 --frames 0,100KiB --cluster-bytes 200000   # a quick look
+
+Rows: frame size x workers (-j), encode and decode kB/s, bits per byte; PPMd order 6 on the same
+input beside them. Then `decode --range` of 1 kB from the middle, per frame size, and the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import filecmp
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
+UNITS = {"KiB": 2**10, "MiB": 2**20}
+
+
+def size_of(text: str) -> int:
+    for unit, factor in UNITS.items():
+        if text.endswith(unit):
+            return int(text[: -len(unit)]) * factor
+    return int(text)
+
+
+def cli(*args, **kw) -> float:
+    """Run `dyncompress ARGS`; its wall time in seconds."""
+    started = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "dyncompress", *map(str, args)], capture_output=True, **kw)
+    if r.returncode != 0:
+        sys.exit(f"dyncompress {' '.join(map(str, args))} failed: {r.stderr.decode()[-2000:]}")
+    return time.perf_counter() - started
+
+
+def ppmd_bpb(data: bytes) -> float | None:
+    try:
+        import pyppmd
+    except ImportError:
+        return None
+    return 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--input", type=Path, default=ENWIK8)
+    ap.add_argument("--bytes", type=int, default=3_500_000, help="the input's first N bytes")
+    ap.add_argument("--frames", default="0,1MiB,256KiB", help="frame sizes (0: one frame)")
+    ap.add_argument("--workers", default="1,2", help="worker counts for encoding")
+    ap.add_argument("--cluster-bytes", type=int, default=1_000_000, help="input of the cluster row (0: none)")
+    ap.add_argument("--cluster-frame", default="256KiB")
+    args = ap.parse_args()
+
+    data = args.input.read_bytes()[: args.bytes]
+    n = len(data)
+    tmp = Path(tempfile.mkdtemp(prefix="frames-"))
+    src = tmp / "src"
+    src.write_bytes(data)
+    say(
+        f"# bench/frames.py, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores; {args.input.name}[:{n:,}]"
+    )
+    ppmd = ppmd_bpb(data)
+    say(f"PPMd order 6: {ppmd:.4f} bits/byte" if ppmd else "PPMd: pyppmd not installed")
+    rows = []
+    for frame_text in args.frames.split(","):
+        frame = size_of(frame_text)
+        first = None
+        for workers in map(int, args.workers.split(",")):
+            if frame == 0 and workers > 1:
+                continue  # one frame: nothing to spread
+            out = tmp / f"f{frame}-j{workers}.dc"
+            enc = cli("encode", "-q", "-f", "--frame-size", frame, "-j", workers, "-o", out, src)
+            if first is None:
+                first = out
+            elif not filecmp.cmp(first, out, shallow=False):
+                sys.exit(f"frame size {frame_text}: -j {workers} wrote another file than -j 1")
+            dec = None
+            if workers > 1 or frame == 0:
+                back = tmp / "back"
+                dec = cli("decode", "-q", "-f", "-j", workers, "-o", back, out)
+                if back.read_bytes() != data:
+                    sys.exit(f"frame size {frame_text}, -j {workers}: the decode differs")
+            size = out.stat().st_size
+            rows.append((frame_text, workers, 8 * size / n, n / enc / 1e3, n / dec / 1e3 if dec else None))
+            dec_text = f"{n / dec / 1e3:.2f}" if dec else "-"
+            say(
+                f"frame {frame_text:>7} -j {workers}: {size:,} bytes, {8 * size / n:.4f} bits/byte, "
+                f"encode {enc:.0f} s ({n / enc / 1e3:.2f} kB/s), decode {dec_text} kB/s"
+            )
+        if frame:
+            mid = n // 2
+            t = cli("decode", "--range", f"{mid}:{mid + 1000}", "-o", tmp / "piece", "-f", first)
+            if (tmp / "piece").read_bytes() != data[mid : mid + 1000]:
+                sys.exit("the range decode differs")
+            say(f"frame {frame_text:>7}: decode --range {mid}:{mid + 1000} in {t:.1f} s")
+
+    if args.cluster_bytes:
+        import distributed
+
+        part = tmp / "part"
+        part.write_bytes(data[: args.cluster_bytes])
+        frame = args.cluster_frame
+        j2 = cli("encode", "-q", "-f", "--frame-size", size_of(frame), "-j", 2, "-o", tmp / "p2.dc", part)
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+            address = cluster.scheduler_address
+            on = cli(
+                "encode", "-q", "-f", "--frame-size", size_of(frame), "--cluster", address, "-o", tmp / "pc.dc", part
+            )
+        if not filecmp.cmp(tmp / "p2.dc", tmp / "pc.dc", shallow=False):
+            sys.exit("the cluster wrote another file than -j 2")
+        m = args.cluster_bytes
+        say(
+            f"cluster of 2 local workers vs -j 2, {m:,} bytes in {frame} frames: "
+            f"{m / on / 1e3:.2f} vs {m / j2 / 1e3:.2f} kB/s (same file)"
+        )
+
+    base = {r[0]: r[3] for r in rows if r[1] == 1}
+    say("\n| frame size | workers | bits/byte | encode kB/s | decode kB/s | encode vs -j 1 |")
+    say("|---|---:|---:|---:|---:|---:|")
+    for frame_text, workers, bpb, enc, dec in rows:
+        say(
+            f"| {frame_text} | {workers} | {bpb:.4f} | {enc:.2f} | {f'{dec:.2f}' if dec else '-'} | "
+            f"{enc / base[frame_text]:.2f}x |"
+        )
+    if ppmd:
+        say(f"| PPMd o6 | | {ppmd:.4f} | | | |")
+
+
+if __name__ == "__main__":
+    main()
