@@ -170,12 +170,17 @@ def test_a_local_cluster_of_two_workers_codes_the_same_file(packed, tmp_path):
     import distributed  # the test extra installs it
 
     (tmp_path / "src").write_bytes(DATA)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-        r = _cli_encode(tmp_path, "--cluster", cluster.scheduler_address)
-        assert r.returncode == 0, r.stderr
-        assert (tmp_path / "cli.dc").read_bytes() == packed
-        r = run_cli("decode", "-c", "--cluster", cluster.scheduler_address, tmp_path / "cli.dc")
-        assert r.returncode == 0 and r.stdout == DATA, r.stderr
+    environ = dict(os.environ)  # Dask's nanny sets OMP_NUM_THREADS=1 and more in this process's environment
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+            r = _cli_encode(tmp_path, "--cluster", cluster.scheduler_address)
+            assert r.returncode == 0, r.stderr
+            assert (tmp_path / "cli.dc").read_bytes() == packed
+            r = run_cli("decode", "-c", "--cluster", cluster.scheduler_address, tmp_path / "cli.dc")
+            assert r.returncode == 0 and r.stdout == DATA, r.stderr
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     for address, said in (("foo://x", "not a Dask scheduler address"), ("none.json", "no such scheduler file")):
         r = _cli_encode(tmp_path, "--cluster", address)
         assert r.returncode == 1 and said in r.stderr.decode() and r.stderr.decode().count("\n") == 1, r.stderr
