@@ -162,7 +162,7 @@ def test_cli_tune_reports_every_point_and_saves_the_best(tiny, tmp_path):
 
 def test_cli_bench_prints_peers_next_to_dyncompress(tiny):
     path, _ = tiny
-    r = run_cli("bench", f"{ALICE}:0:20k", CORPORA / "xargs.1", "--model", path, "--lanes", "2", "--device", "cpu")
+    r = run_cli("bench", f"{ALICE}:0:6k", CORPORA / "xargs.1", "--model", path, "--lanes", "2", "--device", "cpu")
     out = r.stdout.decode()
     assert r.returncode == 0, r.stderr
     for name in ("dyncompress -6", "zlib -9", "bz2 -9", "lzma -9e", "PPMd o6"):
