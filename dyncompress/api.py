@@ -111,7 +111,7 @@ class Compressor:
             self.settings = self._choose(size_hint)
         except ValueError as e:
             raise DyncompressError(str(e)) from None
-        self._size_known = size_hint is not None
+        self._size_known, self._size_hint = size_hint is not None, size_hint
         self._workers, self._own_threads = workers, "threads" in overrides
         self._codec: Codec | None = None
         self._started = False
@@ -141,7 +141,8 @@ class Compressor:
         except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
         self._started = True
-        self._pool = _pool(self._workers, self.settings, self._progress)
+        if not (self._size_known and self._size_hint <= self.settings.frame_size):  # one frame: code it here
+            self._pool = _pool(self._workers, self.settings, self._progress)
         return pack_header(meta)
 
     def _emit_blocks(self, final: bool) -> bytes:
