@@ -22,16 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from dyncompress.cli_base import SizeParam
+
 ROOT = Path(__file__).resolve().parent.parent
 ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
-UNITS = {"KiB": 2**10, "MiB": 2**20}
 
 
 def size_of(text: str) -> int:
-    for unit, factor in UNITS.items():
-        if text.endswith(unit):
-            return int(text[: -len(unit)]) * factor
-    return int(text)
+    return SizeParam().convert(text, None, None)
 
 
 def cli(*args, **kw) -> float:

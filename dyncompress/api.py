@@ -48,7 +48,7 @@ from .container import (
 from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
-from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, usable_cores
+from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, usable_cores, worker_settings
 from .progress import Progress
 from .settings import Settings, default_device, default_threads, make_settings
 
@@ -184,7 +184,7 @@ class Compressor:
         self._frame, self._codec = [0, 0], None
 
     def _emit_frames(self, final: bool, out: list[bytes]) -> None:
-        fs, settings = self.settings.frame_size, self._job_settings()
+        fs, settings = self.settings.frame_size, worker_settings(self.settings, self._own_threads)
         while len(self._pending) >= fs or (final and self._pending):
             data = bytes(self._pending[:fs])
             del self._pending[:fs]
@@ -199,10 +199,6 @@ class Compressor:
             out.append(packed)
             self._frames.append((size, len(packed)))
             self._nats += nats
-
-    def _job_settings(self) -> Settings:
-        """A worker's settings: the stream's, on one thread unless told otherwise (speed only)."""
-        return self.settings if self._own_threads else replace(self.settings, threads=1)
 
     def _count(self, data: bytes, blocks: int) -> None:
         self._digest.update(data)
@@ -239,10 +235,6 @@ class Compressor:
         """-log2 p summed over the bytes coded so far (the model's own estimate)."""
         nats = self._nats + (self._codec.nats if self._codec and self._frame[0] else 0.0)
         return nats / 0.6931471805599453
-
-
-def _nothing(n: int) -> None:
-    pass
 
 
 def _pool(workers: int | Executor | None, settings: Settings, progress: Progress | None) -> Pool | None:
@@ -291,7 +283,7 @@ class Decompressor:
         self._frames: list[tuple[int, int]] = []
         self._frame = [0, 0]
         self._frame_blocks: list[Block] = []  # the frame being gathered for a worker
-        self._in_flight: collections.deque[list[Block]] = collections.deque()  # frames at the workers
+        self._in_flight: collections.deque[int] = collections.deque()  # blocks of each frame at the workers
         self._indexed = False
 
     @property
@@ -356,17 +348,13 @@ class Decompressor:
             )
         return model
 
-    def job_settings(self) -> Settings:
-        """A worker's settings: the decoder's, on one thread unless told otherwise (speed only)."""
-        return self.settings if self._threads else replace(self.settings, threads=1)
-
     def frames_decoded(self, frames) -> Iterator[bytes]:
         """The bytes of independent frames, given as (blocks, first block's number, size), in order
         (in the workers, if any)."""
-        settings = self.job_settings()
+        settings = worker_settings(self.settings, bool(self._threads))
         for blocks, first, size in frames:
             if self._pool is None:
-                yield decode_frame(self.settings, self.model, blocks, first, self._progress or _nothing)
+                yield decode_frame(self.settings, self.model, blocks, first, self._progress)
                 continue
             self._pool.submit(size, decode_frame, settings, self.model, blocks, first)
             yield from (data for data, _ in self._pool.results())
@@ -392,15 +380,16 @@ class Decompressor:
         if self._frame[0]:
             self._frames.append((self._frame[0], self._frame[1]))
         if self._frame_blocks:
-            first = self._blocks + sum(len(blocks) for blocks in self._in_flight) + 1
-            self._pool.submit(self._frame[0], decode_frame, self.job_settings(), self.model, self._frame_blocks, first)
-            self._in_flight.append(self._frame_blocks)
+            first = self._blocks + sum(self._in_flight) + 1
+            settings = worker_settings(self.settings, bool(self._threads))
+            self._pool.submit(self._frame[0], decode_frame, settings, self.model, self._frame_blocks, first)
+            self._in_flight.append(len(self._frame_blocks))
             self._collect(out, False)
         self._frame, self._codec, self._frame_blocks = [0, 0], None, []
 
     def _collect(self, out: list[bytes], wait_all: bool) -> None:
         for data, _ in self._pool.results(wait_all):
-            self._emit(data, len(self._in_flight.popleft()), out)
+            self._emit(data, self._in_flight.popleft(), out)
 
     def _emit(self, data: bytes, blocks: int, out: list[bytes]) -> None:
         self._digest.update(data)

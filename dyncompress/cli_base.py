@@ -62,17 +62,19 @@ class SizeParam(click.ParamType):
     """A byte count: 4194304, 4MiB, 256KiB (binary units) or 1M, 250k (decimal, as elsewhere here)."""
 
     name = "SIZE"
-    _UNITS = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+    _BINARY = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
-        import re
+        from .corpus import parse_offset
 
-        m = re.fullmatch(r"(\d[\d_]*)\s*([kKMG]|[KMG]iB)?", value.strip())
-        if not m:
+        text = value.strip()
+        unit = text[-3:] if text[-3:] in self._BINARY else ""
+        try:
+            return parse_offset(text[: len(text) - len(unit)]) * self._BINARY.get(unit, 1)
+        except ValueError:
             self.fail(f"{value!r}: a size in bytes, such as 4MiB, 256KiB, 1M or 0", param, ctx)
-        return int(m.group(1).replace("_", "")) * self._UNITS[m.group(2) or ""]
 
 
 def parse_range(text: str) -> tuple[int, int | None]:

@@ -22,6 +22,7 @@ import signal
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 
 import torch
 
@@ -79,6 +80,12 @@ def decode_frame(
     """A whole frame's bytes from a fresh start; `first` is its first block's number (for errors)."""
     codec, progress = Codec(settings, model), progress or _progress
     return b"".join(decode_one(codec, block, first + i, progress) for i, block in enumerate(blocks))
+
+
+def worker_settings(settings: Settings, keep_threads: bool) -> Settings:
+    """A frame job's settings: the stream's, on one CPU thread unless the user chose a count (speed
+    only: the bits are the same)."""
+    return settings if keep_threads else replace(settings, threads=1)
 
 
 # --- in a worker process -------------------------------------------------------------
