@@ -399,6 +399,20 @@ MODEL_HELP = (
 @knob("--beta2", click.FloatRange(0, 1, max_open=True), f"Decay of the mean squared gradients [{D.adapt.beta2}].")
 @knob("--eps", click.FloatRange(0, min_open=True), f"Added to the RMS [{D.adapt.eps}].")
 @knob("--clip", click.FloatRange(0), f"Max gradient norm per step, 0 = none [{D.adapt.clip}].")
+@knob(
+    "--sparse",
+    click.IntRange(0, 1024),
+    "Sparse dynamic evaluation: freeze the network and adapt only a K x K matrix M on the first K hidden "
+    "units (h' = h + M h, zero at the start), with statistics from the stream; 0 = adapt the whole network "
+    "[0].",
+)
+@knob(
+    "--tlm-bits",
+    click.FloatRange(0, 8),
+    "TLM weighting: scale each segment's update by lambda * PPL / P0 when it cost more than log2 P0 = BITS "
+    "bits per byte, and skip its backward pass when not (faster); 0 = off [0].",
+)
+@knob("--tlm-lambda", click.FloatRange(0, 64, min_open=True), "TLM's lambda, with --tlm-bits [1].")
 @knob("--seed", click.IntRange(0, 2**63 - 1), f"Seed of the starting weights [{D.seed}].")
 @knob("--experts", ExpertsParam(), EXPERTS_HELP)
 @knob(

@@ -157,7 +157,10 @@ def _knobs(**given) -> dict:
     "--rules",
     default=",".join(("static", "sgd", "rms", "rms-decay", "online")),
     show_default=True,
-    help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online.",
+    help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online, and the cheaper "
+    "adaptations sparse (rms-decay on a 256 x 256 matrix M on the hidden state, the network frozen), "
+    "tlm (rms-decay weighted by TLM, segments under 2.2 bits per byte skipped), tlm-lanes (TLM per "
+    "lane, as the paper) and sparse-tlm.",
 )
 @knob("--segment-len", click.IntRange(1), "Bytes per lane between gradient steps [the model's].")
 @knob("--lr", click.FloatRange(0), "Learning rate for every adapting row [each rule's own default].")
@@ -199,8 +202,9 @@ def eval_(
     2,500,000), or a fetched corpus's split such as enwik8:test.
     """
     with loading():
-        from .measure import ROWS, measure, row_settings
+        from .measure import ALL_ROWS as ROWS
         from .measure import confirm as confirm_row
+        from .measure import measure, row_settings
         from .measure import plot as draw
 
     rows = [r.strip() for r in rules.split(",") if r.strip()]
@@ -225,7 +229,7 @@ def eval_(
     origin = f"model {pretrained.name}" if pretrained else "online"
     click.echo(f"{source}: {len(data):,} bytes; {origin}")
     header = f"{'rule':<10} {'lr':>8} {'decay':>8} {'lanes×n':>8} {'bits/byte':>10} {'vs static':>9} "
-    header += f"{'bytes':>12} {'seconds':>8} {'kB/s':>6}"
+    header += f"{'bytes':>12} {'seconds':>8} {'kB/s':>6} {'skipped':>7} {'MFLOP/B':>7}"
     click.echo(header)
     results, static = [], None
     try:
@@ -244,7 +248,8 @@ def eval_(
                 f"{row:<10} {_fmt(None if a.rule == 'static' else a.lr):>8} "
                 f"{_fmt(a.decay if a.rule == 'rms-decay' else None):>8} "
                 f"{f'{settings.lanes}×{settings.segment_len}':>8} {m.bpb:>10.4f} {versus:>9} "
-                f"{m.payload_bytes:>12,} {m.seconds:>8.1f} {m.kbps:>6.1f}"
+                f"{m.payload_bytes:>12,} {m.seconds:>8.1f} {m.kbps:>6.1f} "
+                f"{f'{100 * m.skip_fraction:.0f}%' if a.tlm_bits else '':>7} {m.flops / 1e6:>7.2f}"
             )
         if confirm is not None:
             m = results[rows.index(confirm)]

@@ -47,6 +47,8 @@ READS = (2, 3)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
+# Update-rule settings added after format 2 (0.5): absent from a header, they mean what that version did.
+ADAPT_ADDED = {"sparse": 0, "tlm_bits": 0.0, "tlm_lambda": 1.0, "tlm_lanes": False}
 MAX_META = 1 << 20
 # Format 3's preset dictionary for the meta's deflate: a typical record. It is part of the format:
 # changing it breaks every format-3 file, so it never changes (a new one means a new format).
@@ -142,6 +144,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
         meta["settings"]["mix"] = dict(FORMAT2_MIX)
         meta["settings"]["frame_size"] = 0  # one frame: the whole stream
+    if version == 2 and isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
+        meta["settings"]["adapt"] = {**ADAPT_ADDED, **meta["settings"]["adapt"]}
     meta["format"] = version
     return meta, end
 

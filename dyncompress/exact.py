@@ -159,6 +159,75 @@ def frequencies(logits: np.ndarray) -> np.ndarray:
     return f
 
 
+# --- segment weights (TLM) ----------------------------------------------------------------
+
+LOG_FRAC = 16  # code lengths in units of 2^-16 bits
+TLM_CAP = 4  # S above this counts as this: a lane's weight is S / TLM_CAP, a multiple of 2^-8 in [0, 1]
+
+
+@functools.cache
+def log2_table() -> np.ndarray:
+    """LOG2[m] = floor(2^16 log2(1 + m / 2^12)), m = 0 ... 2^12 - 1, by integer squaring (each
+    squaring of x in [1, 2) gives the next bit of log2 x), so the same on every machine."""
+    P, one, out = 64, 1 << 64, []
+    for m in range(1 << 12):
+        x, y = one + (m << (P - 12)), 0
+        for _ in range(LOG_FRAC):
+            x, y = x * x >> P, y << 1
+            if x >= 2 * one:
+                x, y = x >> 1, y | 1
+        out.append(y)
+    return np.array(out, dtype=np.int64)
+
+
+@functools.cache
+def exp2_table() -> tuple[int, ...]:
+    """EXP2[j] = 2^16 * 2^(j / 256), j = 0 ... 255, floored: products of the roots 2^(2^-i) (integer
+    square roots at 2^-64), so the same on every machine."""
+    P = 64
+    roots, r = [], 2 << P
+    for _ in range(8):
+        r = math.isqrt(r << P)  # 2^(1/2), 2^(1/4), ... 2^(1/256) at 2^-64
+        roots.append(r)
+    out = []
+    for j in range(256):
+        x = 1 << P
+        for i in range(8):
+            if j >> (7 - i) & 1:
+                x = x * roots[i] >> P
+        out.append(x >> (P - 16))
+    return tuple(out)
+
+
+def code_lengths(freqs: np.ndarray) -> np.ndarray:
+    """-log2(f / 2^24) of int64 frequencies 1 ... 2^24, in units of 2^-16 bits (to 2^-12 of the
+    exact value: the top 13 bits of f, a floor), integers only."""
+    f = freqs.astype(np.int64)
+    e = np.frexp(f.astype(np.float64))[1].astype(np.int64) - 1  # floor(log2 f): exact
+    top = np.where(e >= 12, f >> np.maximum(e - 12, 0), f << np.maximum(12 - e, 0)) - (1 << 12)
+    return ((FREQ_BITS - e) << LOG_FRAC) - log2_table()[top]
+
+
+def tlm_weights(bits: np.ndarray, counts: np.ndarray, threshold: float, lam: float) -> np.ndarray:
+    """Per lane, TLM's S = lam * 2^(mean bits - threshold) if the lane's segment cost more than
+    `threshold` bits per byte, else 0 (its PPL against P0 = 2^threshold); returned as S / TLM_CAP
+    capped at 1, a multiple of 2^-8 (float64). bits: (B,) summed code lengths (units 2^-16,
+    `code_lengths`), counts: (B,) bytes. Integer and exact-fraction arithmetic only."""
+    b0 = int(Fraction(threshold) * (1 << LOG_FRAC))
+    lam, table, out = Fraction(lam), exp2_table(), np.zeros(len(bits))
+    for lane, (total, n) in enumerate(zip(bits.tolist(), counts.tolist(), strict=True)):
+        if n == 0 or total <= n * b0:
+            continue
+        d = (total - n * b0) // n  # mean excess, units 2^-16 bits
+        whole, frac = d >> LOG_FRAC, (d >> (LOG_FRAC - 8)) & 255
+        if whole > 40:  # far past the cap
+            out[lane] = 1.0
+            continue
+        s256 = lam * table[frac] * (1 << whole) * 256 / (TLM_CAP << 16)  # S / cap in units of 2^-8
+        out[lane] = min(math.floor(s256), 256) / 256
+    return out
+
+
 # --- the network ---------------------------------------------------------------------------
 
 
@@ -175,7 +244,7 @@ class ExactMLSTM(CarriedState):
     forward and backward copies the kernels read (call it after every change of `master`).
     """
 
-    def __init__(self, shape: MLSTMShape, master: torch.Tensor, batch: int, max_steps: int) -> None:
+    def __init__(self, shape: MLSTMShape, master: torch.Tensor, batch: int, max_steps: int, sparse: int = 0) -> None:
         H, n, B = shape.hidden, max_steps, batch
         if H > MAX_HIDDEN:
             raise ValueError(f"hidden size {H} > {MAX_HIDDEN}: the exact arithmetic is bounded for at most that")
@@ -214,6 +283,14 @@ class ExactMLSTM(CarriedState):
         self.TC = torch.zeros(n, B, H, **f64)
         self.HS = torch.zeros(n + 1, B, H, **f64)
         self.F = torch.zeros(n, B, ALPHABET, **f64)  # the frequencies coded at each step
+        # sparse dynamic evaluation: h' = h + round(h[:k] M) on the first k units, M (k, k) the only
+        # adapted weights (master in units 2^-32 like the network's, copies at 2^-20 and 2^-16)
+        self.k = k = sparse
+        self.sparse_master = torch.zeros(k * k, **f64)
+        self.sparse_grad = torch.zeros(k * k, **f64)
+        self.Mf, self.Mb = torch.zeros(k, k, **f64), torch.zeros(k, k, **f64)
+        self.HP = torch.zeros(n, B, k, **f64)  # h[:k] before M (what M multiplies)
+        self.DHS = torch.zeros(n, B, k, **f64)  # the gradient reaching h'[:k]
         # every step's views, made once (slicing them anew each step costs more than some kernels)
         Z = self.Z
         self.views = [
@@ -236,6 +313,13 @@ class ExactMLSTM(CarriedState):
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
         rounded(self.master[n:], FB, self.bw[n:])
+        self.refresh_sparse()
+
+    def refresh_sparse(self) -> None:
+        """Round the sparse matrix's master into its forward and backward copies."""
+        if self.k:
+            rounded(self.sparse_master, FW, self.Mf.view(-1))
+            rounded(self.sparse_master, FB, self.Mb.view(-1))
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
@@ -256,6 +340,9 @@ class ExactMLSTM(CarriedState):
         cidx = torch.add(self.tanh_off, c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
         torch.index_select(self.table, 0, cidx.view(-1), out=tc_flat)
         h = torch.mul(o, tc, out=h1).round_()
+        if self.k:  # h' = h + h M on the first k units (|h M| < 2^45 units of 2^-20: exact), kept in [-1, 1]
+            hp = self.HP[t].copy_(h[:, : self.k])
+            h[:, : self.k].add_(torch.mm(hp, self.Mf).round_()).clamp_(-A, A)
         return torch.addmm(w["b_out"], h, w["w_out"], beta=A)
 
     @torch.no_grad()
@@ -277,7 +364,8 @@ class ExactMLSTM(CarriedState):
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
         onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
         dl = self.F[:T].sub(onehot, alpha=FREQ_TOTAL).mul_(2.0 ** (G - FREQ_BITS)).round_()
-        dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
+        # mask: 0 / 1, or a lane's TLM weight (a multiple of 2^-8 in [0, 1]): the product rounded
+        dl.mul_(mask.unsqueeze(2)).round_()  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
         dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
         # dc/dh through h = o tanh(c), as a multiple of 2^-16
         dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)
@@ -294,9 +382,13 @@ class ExactMLSTM(CarriedState):
         dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
-        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f)), strict=True)  # views per step
-        for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t in reversed(list(steps)):
+        k, m_t = self.k, self.Mb.T
+        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f, self.DHS[:T])), strict=True)
+        for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t, dhs_t in reversed(list(steps)):  # views per step
             dh = dh_t.add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
+            if k:  # dh reaches h'; through h' = h + h[:k] M it reaches h (|dh' M^T| < 2^51 units 2^-16: exact)
+                dhs_t.copy_(dh[:, :k])
+                dh[:, :k].add_(torch.mm(dhs_t, m_t).round_()).clamp_(-GRAD_MAX, GRAD_MAX)
             dc = torch.mul(dh, dcfd_t).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
             torch.mul(torch.cat([dc, dc, dh, dc], dim=1), K_t, out=dZ_t).round_().clamp_(-DZ_MAX, DZ_MAX)
             dm = torch.mm(dZ_t, w_m_t, out=dM_t).round_().clamp_(-GRAD_MAX, GRAD_MAX)
@@ -306,6 +398,10 @@ class ExactMLSTM(CarriedState):
 
         # weight gradients: one matmul each over all T*B positions, rescaled to units of 2^-16
         flat = lambda x: x.reshape(T * B, -1)  # noqa: E731
+        if k:  # the network is frozen: M's gradient alone (|h dh'| <= 2^34, summed over <= 2^14: exact)
+            gm = self.sparse_grad.view(k, k)
+            torch.mm(flat(self.HP[:T]).T, flat(self.DHS[:T]), out=gm).mul_(2.0**-FA).round_()
+            return
         torch.mm(flat(self.HS[1 : T + 1]).T, flat(dl), out=g["w_out"]).mul_(2.0**-FA).round_()
         torch.sum(flat(dl), dim=0, out=g["b_out"])
         torch.mm(flat(self.M[:T]).T, flat(dZ), out=g["w_m"]).mul_(2.0**-FA).round_()
@@ -458,15 +554,16 @@ class ExactAdapter:
             self.b2_pow = Fraction(self.s.beta2) ** self.steps
 
     @torch.no_grad()
-    def update(self, grad: torch.Tensor, count: int) -> None:
-        """One step with the summed gradient `grad` (float64 integers, units 2^-16) of `count` bytes."""
+    def update(self, grad: torch.Tensor, count: int, gain: int = 1) -> None:
+        """One step with the summed gradient `grad` (float64 integers, units 2^-16) of `count` bytes,
+        times `gain` (TLM: the weights' scale)."""
         s = self.s
         lo, hi = torch.aminmax(grad)
         big = max(float(hi), -float(lo))  # max |g|: exact
         if big == 0:
             return
         g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
-        scale = self._scale(g, min(big, self.G_MAX), count) * (1 << (FM - G))  # units 2^-16 -> 2^-32
+        scale = self._scale(g, min(big, self.G_MAX), Fraction(gain, count)) * (1 << (FM - G))  # units 2^-16 -> 2^-32
         theta, work = self.master, self.work
         if s.rule == "sgd":
             theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
@@ -487,20 +584,21 @@ class ExactAdapter:
     # norm is computed only when it might.
     CLEAR = 0.8
 
-    def _scale(self, g: torch.Tensor, big: float, count: int) -> Fraction:
-        """1 / count, or the clip's smaller factor: clip / |g| (from the exact norm below)."""
+    def _scale(self, g: torch.Tensor, big: float, per: Fraction) -> Fraction:
+        """`per` (1 / count, times a gain), or the clip's smaller factor: clip / |g| (from the exact
+        norm below)."""
         s = self.s
-        scale = Fraction(1, count)
+        scale = per
         if s.clip <= 0:
             return scale
-        limit = s.clip * count * (1 << G)  # in units of 2^-16
+        limit = s.clip / float(per) * (1 << G)  # in units of 2^-16
         if math.sqrt(float(torch.dot(g, g))) < self.CLEAR * limit:  # (float: only a filter)
             return scale
         shift = int(big).bit_length() - 14
         q = torch.mul(g, 2.0**-shift, out=self.work).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
         # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
         norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
-        if norm > Fraction(s.clip) * count:
+        if norm * per > Fraction(s.clip):
             scale = Fraction(s.clip) / norm
         return scale
 

@@ -27,11 +27,23 @@ from .codec import Codec, block_spans, frame_spans, to_lanes
 from .coder import FREQ_BITS
 from .container import Block, Header, read_frames
 from .errors import DyncompressError
+from .mlstm import MLSTMShape
 from .model import Model
 from .progress import Progress
 from .settings import Settings, make_settings
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
+# The cheaper adaptations (issue 12): rms-decay on a sparse matrix, or weighted and skipped by TLM
+# (thresholds in bits per byte: log2 P0), or both.
+SPARSE_K = 256
+TLM_BITS = 2.2
+VARIANTS: dict[str, dict] = {
+    "sparse": dict(rule="rms-decay", sparse=SPARSE_K),
+    "tlm": dict(rule="rms-decay", tlm_bits=TLM_BITS),
+    "tlm-lanes": dict(rule="rms-decay", tlm_bits=TLM_BITS, tlm_lanes=True),
+    "sparse-tlm": dict(rule="rms-decay", sparse=SPARSE_K, tlm_bits=TLM_BITS),
+}
+ALL_ROWS = ROWS + tuple(VARIANTS)
 
 
 class Tally:
@@ -71,6 +83,17 @@ class Measurement:
     seconds: float
     positions: np.ndarray | None = None  # bits of every byte in input order (float32), when asked for
     order: np.ndarray | None = None  # the same bits in the order they were coded (all lanes, step by step)
+    segments: int = 0  # gradient steps due (adaptive rules)
+    skipped: int = 0  # of them, skipped by TLM (no backward pass)
+
+    @property
+    def skip_fraction(self) -> float:
+        return self.skipped / self.segments if self.segments else 0.0
+
+    @property
+    def flops(self) -> float:
+        """Multiply-adds x 2 per byte of the network's forward, backward and update (`flops_per_byte`)."""
+        return flops_per_byte(self.settings, self.skip_fraction)
 
     @property
     def bpb(self) -> float:
@@ -103,16 +126,38 @@ def measure(
             raise DyncompressError(str(e)) from None
 
     codec = fresh()  # a bad setting fails before any work, even on no data
-    bits, parts, order = 0.0, [], []
+    bits, parts, order, segments, skipped = 0.0, [], [], 0, 0
     for i, (start, end) in enumerate(frame_spans(len(data), settings.frame_size)):
         codec = fresh() if i else codec  # every frame starts afresh
         for offset, stop in block_spans(start, end, settings.block_size):
             bits += _measure_block(codec, data[offset:stop], progress, positions, parts, order)
+        net = getattr(codec.predictor, "net", codec.predictor)  # the network's predictor (mixed or not)
+        segments, skipped = segments + net.segments, skipped + net.skipped
     seconds = time.perf_counter() - started
-    m = Measurement(label, settings, len(data), bits, seconds)
+    m = Measurement(label, settings, len(data), bits, seconds, segments=segments, skipped=skipped)
     if positions:
         m.positions, m.order = (np.concatenate(p) if p else np.zeros(0, np.float32) for p in (parts, order))
     return m
+
+
+def flops_per_byte(settings: Settings, skipped: float = 0.0) -> float:
+    """The network's floating-point operations per byte (2 per multiply-add of its matmuls; the
+    elementwise work, the experts and the mixer not counted): the forward, and for an adaptive rule
+    the backward through time and the weight gradients (none for a frozen network's weights, only
+    M's with `sparse`) and the update (a few per adapted weight per segment), less the skipped
+    fraction of segments."""
+    H, k, A = settings.hidden, settings.adapt.sparse, 256
+    recurrent = 2 * (H * H + 4 * H * H)  # h W_mh, m W_m
+    forward = recurrent + 2 * H * A + 2 * k * k
+    if settings.adapt.rule == "static":
+        return float(forward)
+    through_time = recurrent + 2 * H * A + 2 * k * k  # dh through W_out, W_m, W_mh (and M)
+    if k:
+        weights, adapted = 2 * k * k, k * k
+    else:
+        weights, adapted = recurrent + 2 * H * A + 5 * H, MLSTMShape(H).num_params
+    update = 8 * adapted / (settings.lanes * settings.segment_len)
+    return forward + (1 - skipped) * (through_time + weights + update)
 
 
 def _measure_block(codec: Codec, block: bytes, progress, positions: bool, parts: list, order: list) -> float:
@@ -133,6 +178,11 @@ def row_settings(
         model = None
     elif model is None:
         raise DyncompressError(f"the {row} row needs a pretrained model")
+    elif row in VARIANTS:
+        variant = dict(VARIANTS[row])
+        if "sparse" in variant:  # at most the network's size
+            variant["sparse"] = min(variant["sparse"], model.shape.hidden)
+        overrides = {**variant, **overrides}
     else:
         overrides["rule"] = row
     return make_settings(level=level, size_hint=data_len, model=model, **overrides), model

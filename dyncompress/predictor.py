@@ -18,7 +18,17 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, init_master, to_master
+from .exact import (
+    FREQ_TOTAL,
+    TLM_CAP,
+    ExactAdapter,
+    ExactMLSTM,
+    code_lengths,
+    frequencies,
+    init_master,
+    tlm_weights,
+    to_master,
+)
 from .mix import Experts
 from .model import Model
 from .settings import Settings
@@ -76,10 +86,19 @@ class MLSTMPredictor:
         # the master weights (integers), made on the CPU (the same everywhere), then moved
         self.theta = master.to(self.device)
         self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
-        self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len)
-        rule, ms = settings.adapt, model.ms if model else None
-        self.adapter = None if rule.rule == "static" else ExactAdapter(rule, self.theta, ms, self.theta_start)
+        rule = settings.adapt
+        if rule.sparse and model is None:
+            raise ValueError("sparse adaptation adapts a pretrained model; online mode learns the whole network")
+        self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len, rule.sparse)
+        if rule.rule == "static":
+            self.adapter = None
+        elif rule.sparse:  # M alone, with statistics from the stream, decaying toward 0 (the model as trained)
+            sparse = self.net.sparse_master
+            self.adapter = ExactAdapter(rule, sparse, None, torch.zeros_like(sparse))
+        else:
+            self.adapter = ExactAdapter(rule, self.theta, model.ms if model else None, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
+        self.segments = self.skipped = 0  # segments adapted on, and those TLM skipped (statistics only)
 
     def forward(self, inputs: np.ndarray) -> np.ndarray:
         """The network's logits (B, 256; units 2^-12) for this step. `learn_from` must follow."""
@@ -106,24 +125,51 @@ class MLSTMPredictor:
         coded = net.F[:T].cpu().numpy()[np.arange(T)[:, None], np.arange(self.lanes)[None, :], targets]
         nats = float(-np.log(coded[in_play] / FREQ_TOTAL).sum())
         if self.adapter is not None:
-            tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
-            net.backward(T, tokens, torch.from_numpy(in_play.astype(np.float64)).to(self.device))
-            self.adapter.update(net.grad, int(active.sum()))
-            net.refresh()
+            self._learn(T, targets, active, in_play, coded)
         net.carry(T)
         self.t = 0
         return nats
+
+    def _learn(self, T: int, targets: np.ndarray, active: np.ndarray, in_play: np.ndarray, coded: np.ndarray) -> None:
+        """The segment's gradient step; with TLM, weighted by how surprising the segment was (or each
+        lane by its own surprise), and none at all (no backward pass) when nothing was surprising."""
+        net, rule = self.net, self.settings.adapt
+        self.segments += 1
+        mask, gain = in_play.astype(np.float64), 1
+        if rule.tlm_bits:
+            bits = np.where(in_play, code_lengths(coded), 0).sum(axis=0)
+            if rule.tlm_lanes:  # the paper's: each lane's own S
+                weights = tlm_weights(bits, in_play.sum(axis=0), rule.tlm_bits, rule.tlm_lambda)
+            else:  # one S for the segment, from all its lanes' bytes
+                one = tlm_weights(np.array([bits.sum()]), np.array([in_play.sum()]), rule.tlm_bits, rule.tlm_lambda)
+                weights = np.repeat(one, len(bits))
+            if not weights.any():
+                self.skipped += 1
+                return
+            mask, gain = mask * weights, TLM_CAP
+        tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
+        net.backward(T, tokens, torch.from_numpy(mask).to(self.device))
+        if rule.sparse:
+            self.adapter.update(net.sparse_grad, int(active.sum()), gain)
+            net.refresh_sparse()
+        else:
+            self.adapter.update(net.grad, int(active.sum()), gain)
+            net.refresh()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
         h, c = self.net.state
         state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone()}
+        if self.net.k:
+            state["sparse"] = self.net.sparse_master.clone()
         if self.adapter is not None:
             state.update({f"adapt.{k}": v for k, v in self.adapter.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.theta.copy_(state["theta"])
+        if self.net.k:
+            self.net.sparse_master.copy_(state["sparse"])
         self.net.refresh()
         self.net.set_state(state["h"], state["c"])
         if self.adapter is not None:
@@ -132,6 +178,7 @@ class MLSTMPredictor:
 
     def reset(self) -> None:
         self.theta.copy_(self.theta_start)
+        self.net.sparse_master.zero_()
         self.net.refresh()
         self.net.reset_state()
         if self.adapter is not None:

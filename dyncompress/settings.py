@@ -48,12 +48,30 @@ class AdaptSettings:
     eps: float = 1e-8
     decay: float = 1e-4  # lambda of rms-decay; the other rules ignore it
     clip: float = 1.0  # max gradient norm per segment; 0 disables
+    # Sparse dynamic evaluation (Krause et al. 2018): > 0 freezes the network and adapts only a
+    # k x k matrix M on the first k hidden units, h' = h + M h (zero at the start). 0: adapt all.
+    sparse: int = 0
+    # TLM's weighting (Hu et al. 2025): > 0 weights the segment's update by S = tlm_lambda *
+    # PPL / P0 when it cost more than log2 P0 = tlm_bits bits per byte, else skips its backward pass
+    # (0: every segment weighs 1). tlm_lanes: each lane by its own S, as the paper (measured worse:
+    # a segment is skipped only when every lane is below P0, and lanes below it stop adapting).
+    tlm_bits: float = 0.0
+    tlm_lambda: float = 1.0
+    tlm_lanes: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"unknown rule {self.rule!r} ({', '.join(RULES)})")
         if self.lr < 0 or self.decay < 0:
             raise ValueError("learning rate and decay must be >= 0")
+        if self.sparse < 0:
+            raise ValueError("the sparse matrix's size must be >= 0 (0: adapt the whole network)")
+        if not 0 <= self.tlm_bits <= 8:
+            raise ValueError("the TLM threshold must be 0 ... 8 bits per byte (0: off)")
+        if not 0 < self.tlm_lambda <= 64:
+            raise ValueError("the TLM weight lambda must be in (0, 64]")
+        if self.rule == "static" and (self.sparse or self.tlm_bits):
+            raise ValueError("sparse and TLM updates need an adaptive rule, not static")
 
 
 EXPERTS = ("orders", "word", "match")
@@ -119,6 +137,7 @@ class Settings:
             (not 0 < self.frame_size < self.block_size, "the block size must not exceed the frame size"),
             (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
+            (self.adapt.sparse <= self.hidden, f"the sparse matrix must be at most the hidden size ({self.hidden})"),
         ]
         for ok, message in checks:
             if not ok:
@@ -232,6 +251,12 @@ RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
 # (200 kB of enwik8 [3.0M, ...) 2.0323 -> 2.0354); BENCHMARKS.md, format 3.
 MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 
+# Sparse dynamic evaluation's matrix is adapted with RMSprop statistics gathered on the stream (the
+# model's MS_g covers its own weights only): a rate of its own. On 100 kB of enwik8 [3.0M, ...)
+# (network alone) k = 256 at 3e-4 kept 68 % of full rms-decay's gain; 1e-4 ... 3e-3 and k = 64 ...
+# 192 less (BENCHMARKS.md, cheaper adaptations).
+SPARSE_DEFAULTS = dict(lr=3e-4)
+
 MIN_LANE_BYTES = 32 * 1024
 
 
@@ -287,7 +312,7 @@ def level_settings(level: int, device: str) -> Settings:
 
 
 def model_settings(
-    model: Model, level: int, device: str, rule: str | None = None, experts: str | None = None
+    model: Model, level: int, device: str, rule: str | None = None, experts: str | None = None, sparse: int = 0
 ) -> Settings:
     """Settings for coding with `model` at `level` (and `rule`, `experts`, if given): the model's
     recorded defaults, those it records for the rule, then the level's changes; with experts mixed
@@ -310,6 +335,8 @@ def model_settings(
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
             if knob not in tuned and knob not in MODEL_LEVELS[level]:
                 knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
+    if sparse:
+        knobs.update(SPARSE_DEFAULTS)
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 
 
@@ -336,7 +363,8 @@ def make_settings(
     if settings is not None:
         base = settings
     elif model is not None:
-        base = model_settings(model, level or DEFAULT_LEVEL, device, overrides.get("rule"), overrides.get("experts"))
+        wanted = (overrides.get("rule"), overrides.get("experts"), overrides.get("sparse", 0))
+        base = model_settings(model, level or DEFAULT_LEVEL, device, *wanted)
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
@@ -353,4 +381,6 @@ def make_settings(
         overrides = {**tables_for_size(base.mix, size), **overrides}
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
+    if settings is None and model is None and overrides.get("sparse"):
+        raise ValueError("sparse adaptation adapts a pretrained model; online mode learns the whole network")
     return _apply(base, {**overrides, "device": device})
