@@ -299,6 +299,9 @@ def _values(text: str | None, kind, name: str) -> list | None:
 @click.option("--lr", "lrs", metavar="LIST", help="Learning rates to try [the default × 1/4, 1/2, 1, 2, 4].")
 @click.option("--decay", "decays", metavar="LIST", help="rms-decay lambdas to try [0 and the default × 1/10, 1, 10].")
 @click.option("--segment-len", "segments", metavar="LIST", help="Segment lengths to try [8,16,32].")
+@click.option("--tlm-bits", "tlm_bits", metavar="LIST", help="TLM thresholds (bits per byte) to try [none: TLM off].")
+@click.option("--tlm-lambda", "tlm_lambdas", metavar="LIST", help="TLM lambdas to try, with --tlm-bits [1].")
+@knob("--sparse", click.IntRange(0, 1024), "Tune sparse dynamic evaluation with a K x K matrix [0: the whole network].")
 @click.option(
     "--search",
     type=click.Choice(["successive", "grid"]),
@@ -328,6 +331,9 @@ def tune(
     lrs,
     decays,
     segments,
+    tlm_bits,
+    tlm_lambdas,
+    sparse,
     search,
     output,
 ):
@@ -345,11 +351,15 @@ def tune(
     if online and (model or output):
         raise click.UsageError("--online tunes online mode; it has no model to read or write")
     rule = rule or ("rms" if online else "rms-decay")
+    if sparse and output:
+        raise click.UsageError("-o records the whole network's defaults; --sparse tunes another set of weights")
     pretrained = None if online else _model(model)
     src, data = _read(source)
     if not data:
         raise Fatal(f"{source}: empty input, nothing to tune on")
-    knobs = _knobs(lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
+    knobs = _knobs(
+        lanes=lanes, block_size=block_size, device=device, experts=experts, sparse=sparse, **_threads(threads)
+    )
     try:
         base = make_settings(level=level, size_hint=len(data), model=pretrained, rule=rule, **knobs)
     except ValueError as e:
@@ -363,13 +373,19 @@ def tune(
         grid["decay"] = _values(decays, float, "--decay") or [0.0, decay0 / 10, decay0, decay0 * 10]
     elif decays is not None:
         raise click.UsageError(f"--decay applies to rms-decay only, not {rule}")
+    if tlm_bits is not None:
+        grid["tlm_bits"] = _values(tlm_bits, float, "--tlm-bits")
+        grid["tlm_lambda"] = _values(tlm_lambdas, float, "--tlm-lambda") or [1.0]
+    elif tlm_lambdas is not None:
+        raise click.UsageError("--tlm-lambda needs --tlm-bits")
     sizes = [len(v) for v in grid.values()]
     points = sum(sizes) if search == "successive" else math.prod(sizes)
     origin = f"model {pretrained.name}" if pretrained else "online"
     click.echo(f"tuning {rule} ({origin}) on {source}: {len(data):,} bytes, {search} search, up to {points} points")
 
     def report(point: dict, m) -> None:
-        click.echo(f"  {m.label:<40} {m.bpb:.4f} bits/byte  {m.seconds:6.1f} s")
+        skipped = f"  {100 * m.skip_fraction:3.0f}% skipped" if m.settings.adapt.tlm_bits else ""
+        click.echo(f"  {m.label:<40} {m.bpb:.4f} bits/byte  {m.seconds:6.1f} s{skipped}")
 
     started = time.monotonic()
     try:

@@ -131,8 +131,7 @@ def measure(
         codec = fresh() if i else codec  # every frame starts afresh
         for offset, stop in block_spans(start, end, settings.block_size):
             bits += _measure_block(codec, data[offset:stop], progress, positions, parts, order)
-        net = getattr(codec.predictor, "net", codec.predictor)  # the network's predictor (mixed or not)
-        segments, skipped = segments + net.segments, skipped + net.skipped
+        segments, skipped = segments + codec.predictor.segments, skipped + codec.predictor.skipped
     seconds = time.perf_counter() - started
     m = Measurement(label, settings, len(data), bits, seconds, segments=segments, skipped=skipped)
     if positions:
@@ -222,7 +221,7 @@ def confirm(data: bytes, m: Measurement, model: Model | None) -> dict:
 
 # --- tuning -------------------------------------------------------------------------
 
-TUNABLE = ("lr", "decay", "segment_len")  # in the order a successive search settles them
+TUNABLE = ("lr", "decay", "segment_len", "tlm_bits", "tlm_lambda")  # in the order a successive search settles them
 
 
 def tune(
@@ -251,7 +250,9 @@ def tune(
         return make_settings(level=level, size_hint=len(data), model=model, rule=rule, **overrides, **point)
 
     base = settings_at({})
-    defaults = {"lr": base.adapt.lr, "decay": base.adapt.decay, "segment_len": base.segment_len}
+    a = base.adapt
+    defaults = {"lr": a.lr, "decay": a.decay, "segment_len": base.segment_len, "tlm_bits": a.tlm_bits}
+    defaults["tlm_lambda"] = a.tlm_lambda
     results: list[tuple[dict, Measurement]] = []
     seen: dict[tuple, Measurement] = {}
 

@@ -38,6 +38,8 @@ class Predictor(Protocol):
     settings: Settings  # what it was built from (the header records them)
     lanes: int
     segment_len: int  # most steps between two `adapt` calls
+    segments: int  # gradient steps due so far (statistics only)
+    skipped: int  # of them, skipped (TLM)
 
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         """(lanes,) previous bytes -> (lanes, 256) next-byte frequencies: int64, each >= 1,
@@ -204,6 +206,14 @@ class MixedPredictor:
         self.experts = Experts(settings.mix, settings.lanes)
         self.t = 0
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
+
+    @property
+    def segments(self) -> int:
+        return self.net.segments
+
+    @property
+    def skipped(self) -> int:
+        return self.net.skipped
 
     def _learn(self, y: np.ndarray) -> None:
         used, freqs, k = self.pending

@@ -1,0 +1,187 @@
+"""The cheaper adaptations (issue 12): sparse dynamic evaluation and TLM weighting and skipping."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import corpus
+from dyncompress import compress, decompress, exact
+from dyncompress.codec import Codec, decode_block, encode_block
+from dyncompress.errors import DyncompressError
+from dyncompress.exact import FREQ_TOTAL, ExactMLSTM, code_lengths, frequencies, tlm_weights, to_master
+from dyncompress.mlstm import MLSTMShape, init_params, unflatten
+from dyncompress.settings import make_settings
+
+SHAPE = MLSTMShape(32)
+K = 16
+
+
+def _reference_loss(theta: torch.Tensor, M: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The sparse mLSTM's summed code length in float64 with autograd: h' = h + h[:k] M on the
+    first k units feeds both the output and the next step."""
+    w, H = unflatten(SHAPE, theta), SHAPE.hidden
+    T, B = tokens.shape
+    h = torch.zeros(B, H, dtype=torch.float64)
+    c = torch.zeros(B, H, dtype=torch.float64)
+    prev = torch.zeros(B, dtype=torch.long)
+    loss = torch.zeros((), dtype=torch.float64)
+    for t in range(T):
+        ex = w["w_in"][prev]
+        m = ex[:, :H] * (h @ w["w_mh"])
+        z = ex[:, H:] + m @ w["w_m"] + w["b"]
+        i, f, o = (torch.sigmoid(z[:, j * H : (j + 1) * H]) for j in range(3))
+        c = f * c + i * torch.tanh(z[:, 3 * H :])
+        h = o * torch.tanh(c)
+        h = torch.cat([h[:, :K] + h[:, :K] @ M, h[:, K:]], dim=1)
+        logp = torch.log_softmax(h @ w["w_out"] + w["b_out"], dim=-1)
+        loss = loss - (logp.gather(1, tokens[t].unsqueeze(1)).squeeze(1) * mask[t]).sum()
+        prev = tokens[t]
+    return loss
+
+
+def test_the_sparse_gradient_matches_autograd():
+    """M's exact gradient (through the output and back through time) against float64 autograd on
+    the same equations, with a nonzero M so that the step back through it is exercised too."""
+    lanes, steps = 4, 20
+    theta = init_params(SHAPE, 3) * 0.7
+    master = to_master(theta)
+    rng = np.random.default_rng(1)
+    M = torch.from_numpy(np.round(rng.normal(size=(K, K)) * 0.05 * 2.0**20) * 2.0**-20)
+    net = ExactMLSTM(SHAPE, master, lanes, steps, sparse=K)
+    net.sparse_master.copy_(M.reshape(-1) * 2.0**exact.FM)
+    net.refresh_sparse()
+    data = np.frombuffer(corpus("alice29.txt")[5000 : 5000 + lanes * steps], dtype=np.uint8)
+    tokens = torch.from_numpy(data.reshape(lanes, steps).T.astype(np.int64))
+    prev = torch.zeros(lanes, dtype=torch.long)
+    for t in range(steps):
+        net.record(t, torch.from_numpy(frequencies(net.step(prev, t).numpy())))
+        prev = tokens[t]
+    mask = torch.ones(steps, lanes, dtype=torch.float64)
+    mask[-4:, 3:] = 0  # a ragged end
+    grad_before = net.grad.clone()
+    net.backward(steps, tokens, mask)
+    assert torch.equal(net.grad, grad_before)  # the network is frozen: no gradient of its weights
+
+    M_ref = M.clone().requires_grad_(True)
+    _reference_loss(master * 2.0**-exact.FM, M_ref, tokens, mask).backward()
+    got, want = net.sparse_grad * 2.0**-exact.G, M_ref.grad.reshape(-1)
+    assert torch.equal(net.sparse_grad, net.sparse_grad.round())
+    cos = float(got @ want / (got.norm() * want.norm()))
+    assert cos > 0.999, cos
+    assert float((got - want).norm() / want.norm()) < 0.05
+
+
+def test_sparse_starts_as_the_static_model_and_then_adapts(tiny):
+    """M starts at zero: with no step (lr 0) sparse codes exactly as the static model; with steps,
+    only M moves, and the text costs less than with the model as trained."""
+    _, model = tiny
+    text = corpus("alice29.txt")[30000:34000]
+
+    def coded(**kw):
+        codec = Codec(make_settings(model=model, lanes=2, threads=1, experts="", **kw), model)
+        return encode_block(codec, text), codec.predictor
+
+    static, _ = coded(rule="static")
+    frozen, _ = coded(sparse=K, lr=0.0)
+    assert frozen == static
+    adapted, pred = coded(sparse=K, lr=3e-3)
+    assert len(adapted) < len(static)
+    assert torch.equal(pred.theta, pred.theta_start)  # the network itself never moved
+    assert pred.net.sparse_master.abs().sum() > 0
+
+
+VARIANTS = {
+    "sparse": dict(sparse=K),
+    "tlm": dict(tlm_bits=4.5),
+    "tlm-lanes": dict(tlm_bits=4.5, tlm_lanes=True, tlm_lambda=2.0),
+    "sparse-tlm": dict(sparse=8, tlm_bits=4.5),
+}
+
+
+@pytest.mark.parametrize(
+    "name,level", [*((name, 6) for name in VARIANTS), ("sparse-tlm", 3), ("sparse-tlm", 9), ("tlm", 9)]
+)
+def test_each_variant_round_trips_across_blocks(tiny, name, level):
+    _, model = tiny
+    variant = VARIANTS[name]
+    data = corpus("grammar.lsp")[:1200]
+    settings = make_settings(level=level, model=model, size_hint=len(data), threads=1, **variant)
+    assert settings.adapt.rule == "rms-decay" and settings.adapt.sparse == variant.get("sparse", 0)
+    enc, dec = Codec(settings, model), Codec(settings, model)
+    pieces = [data[:500], data[500:501], data[501:]]  # blocks of unequal size; state carries over
+    payloads = [encode_block(enc, p) for p in pieces]
+    assert [decode_block(dec, c, len(p)) for c, p in zip(payloads, pieces, strict=True)] == pieces
+    if "tlm_bits" in variant:
+        assert 0 < enc.predictor.skipped < enc.predictor.segments  # some segments skipped, not all
+    for (key, a), (key2, b) in zip(enc.predictor.state_dict().items(), dec.predictor.state_dict().items(), strict=True):
+        assert key == key2 and torch.equal(a, b), key
+
+
+def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny):
+    """A segment cheaper than the threshold skips the backward pass: weights, sparse matrix and
+    the rule's statistics stay as they were; a dearer one takes a step."""
+    _, model = tiny
+    settings = make_settings(model=model, lanes=2, segment_len=8, threads=1, experts="", tlm_bits=4.5)
+    pred = Codec(settings, model).predictor
+    text = corpus("alice29.txt")[40000:42000]
+    tokens = np.frombuffer(text, dtype=np.uint8).astype(np.int32).reshape(2, -1).T  # two lanes
+    prev, active = np.zeros(2, dtype=np.int32), np.full(8, 2)
+    skipped = stepped = 0
+    for start in range(0, len(tokens) - 8, 8):
+        before = {k: v.clone() for k, v in pred.state_dict().items()}
+        for t in range(8):
+            pred.step(prev, 2)
+            prev = tokens[start + t]
+        seg = tokens[start : start + 8]
+        freqs = pred.net.F[:8].numpy()[np.arange(8)[:, None], np.arange(2)[None, :], seg]
+        mean_bits = -np.log2(freqs / FREQ_TOTAL).mean()
+        was = pred.skipped
+        pred.adapt(seg, active)
+        after = pred.state_dict()
+        if pred.skipped > was:
+            skipped += 1
+            assert mean_bits < 4.5 + 1e-3
+            for k in ("theta", *(k for k in before if k.startswith("adapt."))):
+                assert torch.equal(after[k], before[k]), k
+        else:
+            stepped += 1
+            assert mean_bits > 4.5 - 1e-3
+            assert not torch.equal(after["theta"], before["theta"])
+    assert skipped > 5 and stepped > 5, (skipped, stepped)
+
+
+def test_the_tlm_weight_follows_its_formula_from_the_coded_bytes():
+    """Code lengths from the coded frequencies alone (integers), and S = lambda 2^(mean - P0 bits)
+    for a segment over the threshold, 0 under it, as S / 4 to 2^-8."""
+    rng = np.random.default_rng(2)
+    f = np.concatenate([[1, 2, 3, FREQ_TOTAL - 1, FREQ_TOTAL], rng.integers(1, FREQ_TOTAL, 5000)])
+    got = code_lengths(f) / 2**16
+    want = -np.log2(f / FREQ_TOTAL)
+    assert np.all(got >= want - 1e-9) and np.all(got - want < 2**-11)
+    assert np.array_equal(code_lengths(f), code_lengths(f.copy()[::-1])[::-1])  # elementwise, no order
+    counts = rng.integers(0, 300, 200)
+    bits = (rng.uniform(0, 6, 200) * counts * 2**16).astype(np.int64)
+    for lam in (0.5, 1.0, 3.0):
+        w = tlm_weights(bits, counts, 2.5, lam)
+        mean = np.where(counts > 0, bits / np.maximum(counts, 1) / 2**16, 0)
+        s = np.where((counts > 0) & (mean > 2.5), lam * 2.0 ** (mean - 2.5), 0)
+        assert np.all(w * 256 == np.round(w * 256)) and np.all((0 <= w) & (w <= 1))
+        assert np.all(np.abs(w - np.minimum(s / exact.TLM_CAP, 1)) <= 1 / 256 + 1e-3 * s)
+
+
+def test_the_api_and_the_header_record_the_variant(tiny):
+    path, model = tiny
+    data = corpus("alice29.txt")[:3000]
+    blob = compress(data, model=model, sparse=K, tlm_bits=2.5, tlm_lambda=2.0, lanes=2, experts="")
+    assert decompress(blob, model=model) == data
+    from dyncompress.container import parse_header
+
+    meta, _ = parse_header(blob)
+    adapt = meta["settings"]["adapt"]
+    assert (adapt["sparse"], adapt["tlm_bits"], adapt["tlm_lambda"], adapt["tlm_lanes"]) == (K, 2.5, 2.0, False)
+    with pytest.raises(DyncompressError, match="pretrained"):
+        compress(data, model=None, sparse=K)
+    with pytest.raises(DyncompressError, match="adaptive rule"):
+        compress(data, model=model, rule="static", tlm_bits=2.0)
+    with pytest.raises(DyncompressError, match="hidden size"):
+        compress(data, model=model, sparse=model.shape.hidden + 1)
