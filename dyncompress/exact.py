@@ -351,7 +351,7 @@ class ExactMLSTM(CarriedState):
         self.F[t].copy_(freqs)
 
     @torch.no_grad()
-    def backward(self, T: int, targets: torch.Tensor, mask: torch.Tensor) -> None:
+    def backward(self, T: int, targets: torch.Tensor, mask: torch.Tensor, weighted: bool = False) -> None:
         """Gradient of the summed code length (-log of the coded frequencies) of the first T
         steps, over the positions where `mask` (T, B) is 1, into `grad` (units 2^-16).
 
@@ -365,7 +365,9 @@ class ExactMLSTM(CarriedState):
         onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
         dl = self.F[:T].sub(onehot, alpha=FREQ_TOTAL).mul_(2.0 ** (G - FREQ_BITS)).round_()
         # mask: 0 / 1, or a lane's TLM weight (a multiple of 2^-8 in [0, 1]): the product rounded
-        dl.mul_(mask.unsqueeze(2)).round_()  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
+        dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
+        if weighted:
+            dl.round_()
         dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
         # dc/dh through h = o tanh(c), as a multiple of 2^-16
         dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)

@@ -150,7 +150,7 @@ class MLSTMPredictor:
                 return
             mask, gain = mask * weights, TLM_CAP
         tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
-        net.backward(T, tokens, torch.from_numpy(mask).to(self.device))
+        net.backward(T, tokens, torch.from_numpy(mask).to(self.device), weighted=gain != 1)
         if rule.sparse:
             self.adapter.update(net.sparse_grad, int(active.sum()), gain)
             net.refresh_sparse()
