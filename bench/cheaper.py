@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
-from dyncompress.measure import SPARSE_K, measure
+from dyncompress.measure import VARIANTS, measure
 from dyncompress.settings import make_settings
 
 ENWIK8 = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
@@ -66,14 +66,12 @@ def main() -> None:
             if m.bpb <= full.bpb * 1.01:
                 best = bits
         best = best or min(float(b) for b in args.thresholds.split(","))
-        rows = {
-            "static": dict(rule="static"),
-            "rms-decay": dict(),
-            f"sparse {SPARSE_K}": dict(sparse=SPARSE_K),
-            f"tlm {best}": dict(tlm_bits=best),
-            f"tlm-lanes {best}": dict(tlm_bits=best, tlm_lanes=True),
-            f"sparse-tlm {best}": dict(sparse=SPARSE_K, tlm_bits=best),
-        }
+        rows = {"static": dict(rule="static"), "rms-decay": dict()}
+        for label, variant in VARIANTS.items():  # eval's rows, at the threshold tuned here
+            rows[f"{label} {best}" if "tlm_bits" in variant else label] = {
+                **variant,
+                **({"tlm_bits": best} if "tlm_bits" in variant else {}),
+            }
         print(f"\n{name}, [{lo:,}, {hi:,}): ")
         print(f"{'row':<18} {'bits/byte':>9} {'skipped':>7} {'kB/s':>6} {'MFLOP/B':>7} {'saving kept':>11} ", end="")
         print(f"{'speed':>6}")

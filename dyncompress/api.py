@@ -48,9 +48,9 @@ from .container import (
 from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
-from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, usable_cores, worker_settings
+from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
 from .progress import Progress
-from .settings import Settings, default_device, default_threads, make_settings
+from .settings import Settings, default_device, default_threads, make_settings, usable_cores
 
 
 def resolve_model(model: str | Model | None) -> Model | None:

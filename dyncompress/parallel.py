@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
-import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
@@ -106,13 +105,6 @@ def _start_worker(counter) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _counter = counter
     torch.set_num_threads(1)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @contextlib.contextmanager

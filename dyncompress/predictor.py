@@ -31,7 +31,7 @@ from .exact import (
 )
 from .mix import Experts
 from .model import Model
-from .settings import Settings
+from .settings import SPARSE_NEEDS_MODEL, Settings
 
 
 class Predictor(Protocol):
@@ -90,7 +90,7 @@ class MLSTMPredictor:
         self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
         rule = settings.adapt
         if rule.sparse and model is None:
-            raise ValueError("sparse adaptation adapts a pretrained model; online mode learns the whole network")
+            raise ValueError(SPARSE_NEEDS_MODEL)
         self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len, rule.sparse)
         if rule.rule == "static":
             self.adapter = None

@@ -256,6 +256,7 @@ MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 # (network alone) k = 256 at 3e-4 kept 68 % of full rms-decay's gain; 1e-4 ... 3e-3 and k = 64 ...
 # 192 less (BENCHMARKS.md, cheaper adaptations).
 SPARSE_DEFAULTS = dict(lr=3e-4)
+SPARSE_NEEDS_MODEL = "sparse adaptation adapts a pretrained model; online mode learns the whole network"
 
 MIN_LANE_BYTES = 32 * 1024
 
@@ -282,16 +283,20 @@ def tables_for_size(mix: MixSettings, size: int) -> dict:
 MAX_DEFAULT_THREADS = 4
 
 
-def default_threads() -> int:
-    """CPU threads while coding unless told: the cores this process may use, at most 4. (Speed only:
-    with the exact arithmetic any count gives the same bits; beyond 4 the small matmuls gain little.)"""
+def usable_cores() -> int:
+    """The cores this process may use (its affinity where the platform tells it)."""
     import os
 
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_THREADS, cores))
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """CPU threads while coding unless told: the cores this process may use, at most 4. (Speed only:
+    with the exact arithmetic any count gives the same bits; beyond 4 the small matmuls gain little.)"""
+    return max(1, min(MAX_DEFAULT_THREADS, usable_cores()))
 
 
 def default_device() -> str:
@@ -382,5 +387,5 @@ def make_settings(
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
     if settings is None and model is None and overrides.get("sparse"):
-        raise ValueError("sparse adaptation adapts a pretrained model; online mode learns the whole network")
+        raise ValueError(SPARSE_NEEDS_MODEL)
     return _apply(base, {**overrides, "device": device})
