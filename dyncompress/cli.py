@@ -407,6 +407,13 @@ MODEL_HELP = (
     "[0].",
 )
 @knob(
+    "--lora",
+    click.IntRange(0, 64),
+    "LoRA: freeze the network and adapt rank-R factors A B added to W_mh, W_m and W_out (B zero at the "
+    "start), with statistics from the stream; 0 = adapt the whole network [0].",
+)
+@knob("--lora-on", click.STRING, "The matrices LoRA adapts, comma separated: w_mh, w_m, w_out [all three].")
+@knob(
     "--tlm-bits",
     click.FloatRange(0, 8),
     "TLM weighting: scale each segment's update by lambda * PPL / P0 when it cost more than log2 P0 = BITS "

@@ -159,8 +159,9 @@ def _knobs(**given) -> dict:
     show_default=True,
     help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online, and the cheaper "
     "adaptations sparse (rms-decay on a 256 x 256 matrix M on the hidden state, the network frozen), "
-    "tlm (rms-decay weighted by TLM, segments under 2.2 bits per byte skipped), tlm-lanes (TLM per "
-    "lane, as the paper) and sparse-tlm.",
+    "lora-4 and lora-32 (rms-decay on rank-4 / rank-32 factors added to W_mh, W_m and W_out, the "
+    "network frozen), tlm (rms-decay weighted by TLM, segments under 2.2 bits per byte skipped), "
+    "tlm-lanes (TLM per lane, as the paper), sparse-tlm and lora-tlm.",
 )
 @knob("--segment-len", click.IntRange(1), "Bytes per lane between gradient steps [the model's].")
 @knob("--lr", click.FloatRange(0), "Learning rate for every adapting row [each rule's own default].")
@@ -302,6 +303,7 @@ def _values(text: str | None, kind, name: str) -> list | None:
 @click.option("--tlm-bits", "tlm_bits", metavar="LIST", help="TLM thresholds (bits per byte) to try [none: TLM off].")
 @click.option("--tlm-lambda", "tlm_lambdas", metavar="LIST", help="TLM lambdas to try, with --tlm-bits [1].")
 @knob("--sparse", click.IntRange(0, 1024), "Tune sparse dynamic evaluation with a K x K matrix [0: the whole network].")
+@knob("--lora", click.IntRange(0, 64), "Tune LoRA factors of rank R [0: the whole network].")
 @click.option(
     "--search",
     type=click.Choice(["successive", "grid"]),
@@ -334,6 +336,7 @@ def tune(
     tlm_bits,
     tlm_lambdas,
     sparse,
+    lora,
     search,
     output,
 ):
@@ -351,14 +354,20 @@ def tune(
     if online and (model or output):
         raise click.UsageError("--online tunes online mode; it has no model to read or write")
     rule = rule or ("rms" if online else "rms-decay")
-    if sparse and output:
-        raise click.UsageError("-o records the whole network's defaults; --sparse tunes another set of weights")
+    if (sparse or lora) and output:
+        raise click.UsageError("-o records the whole network's defaults; --sparse and --lora tune other weights")
     pretrained = None if online else _model(model)
     src, data = _read(source)
     if not data:
         raise Fatal(f"{source}: empty input, nothing to tune on")
     knobs = _knobs(
-        lanes=lanes, block_size=block_size, device=device, experts=experts, sparse=sparse, **_threads(threads)
+        lanes=lanes,
+        block_size=block_size,
+        device=device,
+        experts=experts,
+        sparse=sparse,
+        lora=lora,
+        **_threads(threads),
     )
     try:
         base = make_settings(level=level, size_hint=len(data), model=pretrained, rule=rule, **knobs)

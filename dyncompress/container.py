@@ -48,7 +48,14 @@ READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
 # Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
-ADAPT_ADDED = {"sparse": 0, "tlm_bits": 0.0, "tlm_lambda": 1.0, "tlm_lanes": False}
+ADAPT_ADDED = {
+    "sparse": 0,
+    "lora": 0,
+    "lora_on": "w_mh,w_m,w_out",
+    "tlm_bits": 0.0,
+    "tlm_lambda": 1.0,
+    "tlm_lanes": False,
+}
 MAX_META = 1 << 20
 # Format 3's preset dictionary for the meta's deflate: a typical record. It is part of the format:
 # changing it breaks every format-3 file, so it never changes (a new one means a new format).

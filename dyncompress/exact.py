@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from .mlstm import ALPHABET, CarriedState, MLSTMShape, unflatten
-from .settings import MAX_BATCH, MAX_HIDDEN
+from .settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
 
 FA = 12  # activations
 A = float(1 << FA)
@@ -62,6 +62,7 @@ C_MAX = 256  # |c| bound
 M_MAX = 64  # |m| bound
 GRAD_MAX = 2 ** (G + 6)  # |dh|, |dc|, |dm W| bound (gradient values 64)
 DZ_MAX = 2 ** (G + 4)  # |dZ| bound (value 16)
+P_MAX = float(16 << FA)  # |x A| bound of a LoRA factor's product (value 16)
 R = T_RANGE << FI  # table index of input 0 (each half has R entries)
 
 # SHA-256 of the tables' int64 little-endian bytes (sigmoid | tanh | exp), as built by `Tables`.
@@ -244,7 +245,17 @@ class ExactMLSTM(CarriedState):
     forward and backward copies the kernels read (call it after every change of `master`).
     """
 
-    def __init__(self, shape: MLSTMShape, master: torch.Tensor, batch: int, max_steps: int, sparse: int = 0) -> None:
+    def __init__(
+        self,
+        shape: MLSTMShape,
+        master: torch.Tensor,
+        batch: int,
+        max_steps: int,
+        sparse: int = 0,
+        lora: int = 0,
+        lora_on: tuple[str, ...] = (),
+        seed: int = 0,
+    ) -> None:
         H, n, B = shape.hidden, max_steps, batch
         if H > MAX_HIDDEN:
             raise ValueError(f"hidden size {H} > {MAX_HIDDEN}: the exact arithmetic is bounded for at most that")
@@ -283,14 +294,29 @@ class ExactMLSTM(CarriedState):
         self.TC = torch.zeros(n, B, H, **f64)
         self.HS = torch.zeros(n + 1, B, H, **f64)
         self.F = torch.zeros(n, B, ALPHABET, **f64)  # the frequencies coded at each step
-        # sparse dynamic evaluation: h' = h + round(h[:k] M) on the first k units, M (k, k) the only
-        # adapted weights (master in units 2^-32 like the network's, copies at 2^-20 and 2^-16)
-        self.k = k = sparse
-        self.sparse_master = torch.zeros(k * k, **f64)
-        self.sparse_grad = torch.zeros(k * k, **f64)
-        self.Mf, self.Mb = torch.zeros(k, k, **f64), torch.zeros(k, k, **f64)
+        # The side weights, adapted while the network stays frozen (`side_master`, units 2^-32 like
+        # the network's, with copies at 2^-20 and 2^-16 in `sf` and `sb`):
+        # - sparse dynamic evaluation: h' = h + round(h[:k] M) on the first k units, M (k, k) zero at the start;
+        # - LoRA: x W + round(x A) B for W in `lora_on`, A (in, r) seeded (`init_side`), B (r, out) zero.
+        self.k, self.r = k, r = sparse, lora
+        self.lora_on = tuple(lora_on) if r else ()
+        self.side_layout = side_layout(shape, k, r, self.lora_on)
+        self.side_master = init_side(self.side_layout, seed).to(dev)
+        self.side_grad = torch.zeros_like(self.side_master)
+        self.side_f, self.side_b = torch.zeros_like(self.side_master), torch.zeros_like(self.side_master)
+        self.sf, self.sb, self.sg = (
+            unflatten_side(self.side_layout, v) for v in (self.side_f, self.side_b, self.side_grad)
+        )
+        self.Mf, self.Mb = self.sf.get("M"), self.sb.get("M")
         self.HP = torch.zeros(n, B, k, **f64)  # h[:k] before M (what M multiplies)
         self.DHS = torch.zeros(n, B, k, **f64)  # the gradient reaching h'[:k]
+        # LoRA: per matrix, each step's round(x A) (units 2^-12) and the backward's round(dy B^T) (2^-16)
+        self.LP = {name: torch.zeros(n, B, r, **f64) for name in self.lora_on}
+        self.LQ = {name: torch.zeros(n, B, r, **f64) for name in self.lora_on}
+        self.lora_mh, self.lora_m, self.lora_out = (
+            (self.sf[f"{name}.A"], self.sf[f"{name}.B"], self.LP[name]) if name in self.lora_on else None
+            for name in LORA_MATRICES
+        )
         # every step's views, made once (slicing them anew each step costs more than some kernels)
         Z = self.Z
         self.views = [
@@ -313,13 +339,13 @@ class ExactMLSTM(CarriedState):
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
         rounded(self.master[n:], FB, self.bw[n:])
-        self.refresh_sparse()
+        self.refresh_side()
 
-    def refresh_sparse(self) -> None:
-        """Round the sparse matrix's master into its forward and backward copies."""
-        if self.k:
-            rounded(self.sparse_master, FW, self.Mf.view(-1))
-            rounded(self.sparse_master, FB, self.Mb.view(-1))
+    def refresh_side(self) -> None:
+        """Round the side weights' master (sparse M, LoRA factors) into their forward and backward copies."""
+        if len(self.side_master):
+            rounded(self.side_master, FW, self.side_f)
+            rounded(self.side_master, FB, self.side_b)
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
@@ -329,11 +355,18 @@ class ExactMLSTM(CarriedState):
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)
         torch.index_select(self.mx_rows, 0, prev, out=exm)
-        torch.mm(h0, w["w_mh"], out=hm).round_()
+        torch.mm(h0, w["w_mh"], out=hm)
+        if self.lora_mh:  # + round(h A) B: multiples of 2^-20 below 2^33 units, summed exactly; rounded once
+            fa, fb, P = self.lora_mh
+            hm.addmm_(torch.mm(h0, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb)
+        hm.round_()
         torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
         # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
         # clamped to the table and rounded half up by the truncation (all exact)
         gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ).addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
+        if self.lora_m:  # + 2^-2 round(m A) B (|m A| < 2^51 units of 2^-20: exact)
+            fa, fb, P = self.lora_m
+            gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
         self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
         torch.index_select(self.table, 0, self.idx.view(-1), out=gates)
         c = torch.mul(f, c0, out=c1).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
@@ -343,7 +376,11 @@ class ExactMLSTM(CarriedState):
         if self.k:  # h' = h + h M on the first k units (|h M| < 2^45 units of 2^-20: exact), kept in [-1, 1]
             hp = self.HP[t].copy_(h[:, : self.k])
             h[:, : self.k].add_(torch.mm(hp, self.Mf).round_()).clamp_(-A, A)
-        return torch.addmm(w["b_out"], h, w["w_out"], beta=A)
+        logits = torch.addmm(w["b_out"], h, w["w_out"], beta=A)
+        if self.lora_out:  # + round(h A) B: multiples of 2^-20, |.| < 2^25 units
+            fa, fb, P = self.lora_out
+            logits.addmm_(torch.mm(h, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb)
+        return logits
 
     @torch.no_grad()
     def record(self, t: int, freqs: torch.Tensor) -> None:
@@ -368,7 +405,12 @@ class ExactMLSTM(CarriedState):
         dl.mul_(mask.unsqueeze(2))  # units 2^-16, |dl| <= 2^16, sum |dl| <= 2^17 per position
         if weighted:
             dl.round_()
-        dH = torch.matmul(dl, wb["w_out"].T).round_()  # (T, B, H)
+        dH = torch.matmul(dl, wb["w_out"].T)  # (T, B, H)
+        sb, lora = self.sb, self.lora_on
+        if "w_out" in lora:  # + round(dl B^T) A^T (|dl B^T| <= 2^36, |q A^T| <= 2^41 r ulps of 2^-16: exact)
+            q_out = torch.matmul(dl, sb["w_out.B"].T, out=self.LQ["w_out"][:T]).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+            dH.add_(torch.matmul(q_out, sb["w_out.A"].T))
+        dH.round_()
         # dc/dh through h = o tanh(c), as a multiple of 2^-16
         dcfd = (o * (A * A - TC * TC)).mul_(2.0 ** (FS - 2 * FA)).round_().mul_(2.0**-FS)
         # what dc, dc, dh, dc multiply for the pre-activations i, f, o, u (multiples of 2^-16)
@@ -384,25 +426,49 @@ class ExactMLSTM(CarriedState):
         dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
         w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
-        k, m_t = self.k, self.Mb.T
-        steps = zip(*(x.unbind(0) for x in (dH, dcfd, K, dZ, dM, exm, dMX, f, self.DHS[:T])), strict=True)
-        for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t, dhs_t in reversed(list(steps)):  # views per step
+        k, m_t = self.k, self.Mb.T if self.k else None
+        # LoRA on W_m, W_mh: dm += round(dZ B^T) A^T, dh += round(dmx B^T) A^T (the q kept for A's gradient)
+        lm, lmh = ("w_m" in lora, "w_mh" in lora)
+        if lm:
+            bm_t, am_t = sb["w_m.B"].T, sb["w_m.A"].T
+        if lmh:
+            bmh_t, amh_t = sb["w_mh.B"].T, sb["w_mh.A"].T
+        none = torch.zeros(T, B, 0, dtype=torch.float64, device=dl.device)
+        qm, qmh = (self.LQ[n][:T] if n in lora else none for n in ("w_m", "w_mh"))
+        views = (dH, dcfd, K, dZ, dM, exm, dMX, f, self.DHS[:T], qm, qmh)
+        steps = zip(*(x.unbind(0) for x in views), strict=True)
+        for dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t, dhs_t, qm_t, qmh_t in reversed(list(steps)):
             dh = dh_t.add_(dh_next).clamp_(-GRAD_MAX, GRAD_MAX)
             if k:  # dh reaches h'; through h' = h + h[:k] M it reaches h (|dh' M^T| < 2^51 units 2^-16: exact)
                 dhs_t.copy_(dh[:, :k])
                 dh[:, :k].add_(torch.mm(dhs_t, m_t).round_()).clamp_(-GRAD_MAX, GRAD_MAX)
             dc = torch.mul(dh, dcfd_t).round_().add_(dc_next).clamp_(-GRAD_MAX, GRAD_MAX)
             torch.mul(torch.cat([dc, dc, dh, dc], dim=1), K_t, out=dZ_t).round_().clamp_(-DZ_MAX, DZ_MAX)
-            dm = torch.mm(dZ_t, w_m_t, out=dM_t).round_().clamp_(-GRAD_MAX, GRAD_MAX)
+            dm = torch.mm(dZ_t, w_m_t, out=dM_t)
+            if lm:  # |dZ B^T| < 2^51 ulps of 2^-16; |q A^T| <= 2^45: the sum below 2^52, exact
+                dm.addmm_(torch.mm(dZ_t, bm_t, out=qm_t).round_().clamp_(-DZ_MAX, DZ_MAX), am_t)
+            dm.round_().clamp_(-GRAD_MAX, GRAD_MAX)
             dmx = torch.mul(dm, exm_t, out=dMX_t).round_().clamp_(-GRAD_MAX, GRAD_MAX)
-            dh_next = torch.mm(dmx, w_mh_t).round_()
+            dh_next = torch.mm(dmx, w_mh_t)
+            if lmh:  # likewise (|dmx B^T| < 2^51, |q A^T| <= 2^47)
+                dh_next.addmm_(torch.mm(dmx, bmh_t, out=qmh_t).round_().clamp_(-GRAD_MAX, GRAD_MAX), amh_t)
+            dh_next.round_()
             dc_next = torch.mul(dc, f_t).round_()
 
         # weight gradients: one matmul each over all T*B positions, rescaled to units of 2^-16
         flat = lambda x: x.reshape(T * B, -1)  # noqa: E731
         if k:  # the network is frozen: M's gradient alone (|h dh'| <= 2^34, summed over <= 2^14: exact)
-            gm = self.sparse_grad.view(k, k)
-            torch.mm(flat(self.HP[:T]).T, flat(self.DHS[:T]), out=gm).mul_(2.0**-FA).round_()
+            torch.mm(flat(self.HP[:T]).T, flat(self.DHS[:T]), out=self.sg["M"]).mul_(2.0**-FA).round_()
+        if lora:  # the network is frozen: the factors' gradients, B's = P^T dy and A's = x^T q, over all
+            # positions (<= 2^14): |P| <= 2^16 with |dl|, |dMX|, |dZ| <= 2^16, 2^22, 2^20; |x| <= 2^12 (h),
+            # 2^18 (m) with |q| <= 2^22, 2^22, 2^20: every sum below 2^53
+            ys = {"w_out": (dl, self.HS[1 : T + 1]), "w_mh": (dMX, self.HS[:T]), "w_m": (dZ, self.M[:T])}
+            sg = self.sg
+            for name in lora:
+                dy, x = ys[name]
+                torch.mm(flat(self.LP[name][:T]).T, flat(dy), out=sg[f"{name}.B"]).mul_(2.0**-FA).round_()
+                torch.mm(flat(x).T, flat(self.LQ[name][:T]), out=sg[f"{name}.A"]).mul_(2.0**-FA).round_()
+        if k or lora:
             return
         torch.mm(flat(self.HS[1 : T + 1]).T, flat(dl), out=g["w_out"]).mul_(2.0**-FA).round_()
         torch.sum(flat(dl), dim=0, out=g["b_out"])
@@ -411,6 +477,42 @@ class ExactMLSTM(CarriedState):
         torch.mm(flat(self.HS[:T]).T, flat(dMX), out=g["w_mh"]).mul_(2.0**-FA).round_()
         dEX = torch.cat([dM.mul(self.HM[:T]).mul_(2.0**-FA).round_(), dZ], dim=2)  # (T, B, 5H)
         g["w_in"].zero_().index_add_(0, self.IN[:T].reshape(-1), flat(dEX))
+
+
+def side_layout(shape: MLSTMShape, sparse: int, lora: int, lora_on: tuple[str, ...]) -> list[tuple[str, tuple]]:
+    """The side weights' layout: sparse's M (k, k), then per LoRA matrix A (in, r) and B (r, out)."""
+    H = shape.hidden
+    dims = {"w_mh": (H, H), "w_m": (H, 4 * H), "w_out": (H, ALPHABET)}
+    layout = [("M", (sparse, sparse))] if sparse else []
+    for name in LORA_MATRICES:
+        if name in lora_on and lora:
+            layout += [(f"{name}.A", (dims[name][0], lora)), (f"{name}.B", (lora, dims[name][1]))]
+    return layout
+
+
+def unflatten_side(layout: list[tuple[str, tuple]], flat: torch.Tensor) -> dict[str, torch.Tensor]:
+    views, pos = {}, 0
+    for name, dims in layout:
+        n = math.prod(dims)
+        views[name] = flat[pos : pos + n].view(dims)
+        pos += n
+    return views
+
+
+def init_side(layout: list[tuple[str, tuple]], seed: int) -> torch.Tensor:
+    """The side weights' start (units 2^-32), with integers only: M and every B zero (so the model
+    starts as trained); every LoRA A uniform in +-sqrt(3 / in) (unit variance over its fan-in) from
+    numpy's PCG64 seeded with (seed, 1), the same stream on every platform."""
+    rng = np.random.Generator(np.random.PCG64([seed, 1]))
+    parts = []
+    for name, dims in layout:
+        n = math.prod(dims)
+        if name.endswith(".A"):
+            a = math.isqrt(3 * (1 << (2 * FM)) // dims[0])  # sqrt(3 / in) in units of 2^-32
+            parts.append(rng.integers(-a, a, size=n, endpoint=True, dtype=np.int64))
+        else:
+            parts.append(np.zeros(n, dtype=np.int64))
+    return torch.from_numpy(np.concatenate(parts or [np.zeros(0, dtype=np.int64)]).astype(np.float64))
 
 
 def to_master(theta: torch.Tensor) -> torch.Tensor:

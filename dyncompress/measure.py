@@ -39,9 +39,12 @@ SPARSE_K = 256
 TLM_BITS = 2.2
 VARIANTS: dict[str, dict] = {
     "sparse": dict(rule="rms-decay", sparse=SPARSE_K),
+    "lora-4": dict(rule="rms-decay", lora=4),
+    "lora-32": dict(rule="rms-decay", lora=32),
     "tlm": dict(rule="rms-decay", tlm_bits=TLM_BITS),
     "tlm-lanes": dict(rule="rms-decay", tlm_bits=TLM_BITS, tlm_lanes=True),
     "sparse-tlm": dict(rule="rms-decay", sparse=SPARSE_K, tlm_bits=TLM_BITS),
+    "lora-tlm": dict(rule="rms-decay", lora=32, tlm_bits=TLM_BITS),
 }
 ALL_ROWS = ROWS + tuple(VARIANTS)
 
@@ -143,16 +146,19 @@ def flops_per_byte(settings: Settings, skipped: float = 0.0) -> float:
     """The network's floating-point operations per byte (2 per multiply-add of its matmuls; the
     elementwise work, the experts and the mixer not counted): the forward, and for an adaptive rule
     the backward through time and the weight gradients (none for a frozen network's weights, only
-    M's with `sparse`) and the update (a few per adapted weight per segment), less the skipped
-    fraction of segments."""
-    H, k, A = settings.hidden, settings.adapt.sparse, 256
+    M's with `sparse`, the factors' with `lora`) and the update (a few per adapted weight per segment),
+    less the skipped fraction of segments."""
+    a = settings.adapt
+    H, k, A = settings.hidden, a.sparse, 256
+    dims = {"w_mh": H + H, "w_m": H + 4 * H, "w_out": H + A}
+    side = k * k + a.lora * sum(dims[name] for name in a.lora_names) * bool(a.lora)  # sparse's M, LoRA's A and B
     recurrent = 2 * (H * H + 4 * H * H)  # h W_mh, m W_m
-    forward = recurrent + 2 * H * A + 2 * k * k
-    if settings.adapt.rule == "static":
+    forward = recurrent + 2 * H * A + 2 * side
+    if a.rule == "static":
         return float(forward)
-    through_time = recurrent + 2 * H * A + 2 * k * k  # dh through W_out, W_m, W_mh (and M)
-    if k:
-        weights, adapted = 2 * k * k, k * k
+    through_time = recurrent + 2 * H * A + 2 * side  # dh through W_out, W_m, W_mh (and M or the factors)
+    if a.frozen:
+        weights, adapted = 2 * side, side
     else:
         weights, adapted = recurrent + 2 * H * A + 5 * H, MLSTMShape(H).num_params
     update = 8 * adapted / (settings.lanes * settings.segment_len)
@@ -181,6 +187,8 @@ def row_settings(
         variant = dict(VARIANTS[row])
         if "sparse" in variant:  # at most the network's size
             variant["sparse"] = min(variant["sparse"], model.shape.hidden)
+        if "lora" in variant:
+            variant["lora"] = min(variant["lora"], model.shape.hidden)
         overrides = {**variant, **overrides}
     else:
         overrides["rule"] = row

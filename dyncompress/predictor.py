@@ -31,7 +31,7 @@ from .exact import (
 )
 from .mix import Experts
 from .model import Model
-from .settings import SPARSE_NEEDS_MODEL, Settings
+from .settings import FROZEN_NEEDS_MODEL, Settings
 
 
 class Predictor(Protocol):
@@ -89,14 +89,18 @@ class MLSTMPredictor:
         self.theta = master.to(self.device)
         self.theta_start = self.theta.clone()  # for reset(), and the weights rms-decay pulls back to
         rule = settings.adapt
-        if rule.sparse and model is None:
-            raise ValueError(SPARSE_NEEDS_MODEL)
-        self.net = ExactMLSTM(settings.shape, self.theta, settings.lanes, settings.segment_len, rule.sparse)
+        if rule.frozen and model is None:
+            raise ValueError(FROZEN_NEEDS_MODEL)
+        self.net = ExactMLSTM(
+            settings.shape, self.theta, settings.lanes, settings.segment_len,
+            rule.sparse, rule.lora, rule.lora_names, settings.seed,
+        )  # fmt: skip
+        self.side_start = self.net.side_master.clone()
         if rule.rule == "static":
             self.adapter = None
-        elif rule.sparse:  # M alone, with statistics from the stream, decaying toward 0 (the model as trained)
-            sparse = self.net.sparse_master
-            self.adapter = ExactAdapter(rule, sparse, None, torch.zeros_like(sparse))
+        elif rule.frozen:  # the side weights alone (sparse M, LoRA factors), with statistics from the stream,
+            # decaying toward their start (M and B zero: the model as trained)
+            self.adapter = ExactAdapter(rule, self.net.side_master, None, self.side_start)
         else:
             self.adapter = ExactAdapter(rule, self.theta, model.ms if model else None, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
@@ -151,9 +155,9 @@ class MLSTMPredictor:
             mask, gain = mask * weights, TLM_CAP
         tokens = torch.from_numpy(targets.astype(np.int64)).to(self.device)
         net.backward(T, tokens, torch.from_numpy(mask).to(self.device), weighted=gain != 1)
-        if rule.sparse:
-            self.adapter.update(net.sparse_grad, int(active.sum()), gain)
-            net.refresh_sparse()
+        if rule.frozen:
+            self.adapter.update(net.side_grad, int(active.sum()), gain)
+            net.refresh_side()
         else:
             self.adapter.update(net.grad, int(active.sum()), gain)
             net.refresh()
@@ -162,16 +166,16 @@ class MLSTMPredictor:
         assert self.t == 0, "state is taken between segments"
         h, c = self.net.state
         state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone()}
-        if self.net.k:
-            state["sparse"] = self.net.sparse_master.clone()
+        if len(self.net.side_master):
+            state["side"] = self.net.side_master.clone()
         if self.adapter is not None:
             state.update({f"adapt.{k}": v for k, v in self.adapter.state_dict().items()})
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.theta.copy_(state["theta"])
-        if self.net.k:
-            self.net.sparse_master.copy_(state["sparse"])
+        if len(self.net.side_master):
+            self.net.side_master.copy_(state["side"])
         self.net.refresh()
         self.net.set_state(state["h"], state["c"])
         if self.adapter is not None:
@@ -180,7 +184,7 @@ class MLSTMPredictor:
 
     def reset(self) -> None:
         self.theta.copy_(self.theta_start)
-        self.net.sparse_master.zero_()
+        self.net.side_master.copy_(self.side_start)
         self.net.refresh()
         self.net.reset_state()
         if self.adapter is not None:

@@ -31,6 +31,8 @@ RULES = ("static", "sgd", "rms", "rms-decay")
 # segments of up to this many bytes (lanes x segment_len): the weight gradients sum that many.
 MAX_HIDDEN = 1024
 MAX_BATCH = 1 << 14
+MAX_LORA_RANK = 64
+LORA_MATRICES = ("w_mh", "w_m", "w_out")  # the matrices LoRA can adapt, in the side weights' order
 # Independent frames: every frame of the input starts from the model (or the online seed) afresh,
 # so frames code and decode in parallel and alone. Chosen by measurement (BENCHMARKS.md, frames).
 FRAME_SIZE = 1 << 22
@@ -51,6 +53,10 @@ class AdaptSettings:
     # Sparse dynamic evaluation (Krause et al. 2018): > 0 freezes the network and adapts only a
     # k x k matrix M on the first k hidden units, h' = h + M h (zero at the start). 0: adapt all.
     sparse: int = 0
+    # LoRA (Hu et al. 2021, as TLM adapts): > 0 freezes the network and adapts rank-r factors A B added
+    # to the matrices in lora_on (B zero at the start). 0: adapt all.
+    lora: int = 0
+    lora_on: str = "w_mh,w_m,w_out"
     # TLM's weighting (Hu et al. 2025): > 0 weights the segment's update by S = tlm_lambda *
     # PPL / P0 when it cost more than log2 P0 = tlm_bits bits per byte, else skips its backward pass
     # (0: every segment weighs 1). tlm_lanes: each lane by its own S, as the paper (measured worse:
@@ -70,8 +76,23 @@ class AdaptSettings:
             raise ValueError("the TLM threshold must be 0 ... 8 bits per byte (0: off)")
         if not 0 < self.tlm_lambda <= 64:
             raise ValueError("the TLM weight lambda must be in (0, 64]")
-        if self.rule == "static" and (self.sparse or self.tlm_bits):
-            raise ValueError("sparse and TLM updates need an adaptive rule, not static")
+        if not 0 <= self.lora <= MAX_LORA_RANK:
+            raise ValueError(f"the LoRA rank must be 0 ... {MAX_LORA_RANK} (0: adapt the whole network)")
+        if not self.lora_names or not set(self.lora_names) <= set(LORA_MATRICES):
+            raise ValueError(f"LoRA adapts some of {', '.join(LORA_MATRICES)}, not {self.lora_on!r}")
+        if self.sparse and self.lora:
+            raise ValueError("sparse and LoRA adaptation are alternatives: choose one")
+        if self.rule == "static" and (self.frozen or self.tlm_bits):
+            raise ValueError("sparse, LoRA and TLM updates need an adaptive rule, not static")
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.lora_on.split(",") if n.strip())
+
+    @property
+    def frozen(self) -> bool:
+        """The network's own weights stay as trained: only side weights (sparse M, LoRA factors) adapt."""
+        return bool(self.sparse or self.lora)
 
 
 EXPERTS = ("orders", "word", "match")
@@ -138,6 +159,7 @@ class Settings:
             (1 <= self.threads <= 256, "threads must be 1 ... 256"),
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
             (self.adapt.sparse <= self.hidden, f"the sparse matrix must be at most the hidden size ({self.hidden})"),
+            (self.adapt.lora <= self.hidden, f"the LoRA rank must be at most the hidden size ({self.hidden})"),
         ]
         for ok, message in checks:
             if not ok:
@@ -256,7 +278,11 @@ MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 # (network alone) k = 256 at 3e-4 kept 68 % of full rms-decay's gain; 1e-4 ... 3e-3 and k = 64 ...
 # 192 less (BENCHMARKS.md, cheaper adaptations).
 SPARSE_DEFAULTS = dict(lr=3e-4)
-SPARSE_NEEDS_MODEL = "sparse adaptation adapts a pretrained model; online mode learns the whole network"
+# LoRA's factors likewise. On 100 kB of enwik8 [3.0M, ...) (network alone) rank 32 at 1e-3 kept 93 % of
+# full rms-decay's gain (rank 64 at 5e-4: 96 %, rank 16 at 1e-3: 83 %, rank 4 at 3e-3: 66 %; 1e-2
+# diverged); with the experts mixed in rank 32 at 1e-3 matched full, and rank 4 did best at 1e-3 too.
+LORA_DEFAULTS = dict(lr=1e-3)
+FROZEN_NEEDS_MODEL = "sparse and LoRA adaptation adapt a pretrained model; online mode learns the whole network"
 
 MIN_LANE_BYTES = 32 * 1024
 
@@ -317,7 +343,13 @@ def level_settings(level: int, device: str) -> Settings:
 
 
 def model_settings(
-    model: Model, level: int, device: str, rule: str | None = None, experts: str | None = None, sparse: int = 0
+    model: Model,
+    level: int,
+    device: str,
+    rule: str | None = None,
+    experts: str | None = None,
+    sparse: int = 0,
+    lora: int = 0,
 ) -> Settings:
     """Settings for coding with `model` at `level` (and `rule`, `experts`, if given): the model's
     recorded defaults, those it records for the rule, then the level's changes; with experts mixed
@@ -342,6 +374,8 @@ def model_settings(
                 knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
     if sparse:
         knobs.update(SPARSE_DEFAULTS)
+    if lora:
+        knobs.update(LORA_DEFAULTS)
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 
 
@@ -368,7 +402,7 @@ def make_settings(
     if settings is not None:
         base = settings
     elif model is not None:
-        wanted = (overrides.get("rule"), overrides.get("experts"), overrides.get("sparse", 0))
+        wanted = (overrides.get("rule"), overrides.get("experts"), overrides.get("sparse", 0), overrides.get("lora", 0))
         base = model_settings(model, level or DEFAULT_LEVEL, device, *wanted)
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)
@@ -386,6 +420,6 @@ def make_settings(
         overrides = {**tables_for_size(base.mix, size), **overrides}
     if settings is None and "threads" not in overrides:
         overrides["threads"] = default_threads()
-    if settings is None and model is None and overrides.get("sparse"):
-        raise ValueError(SPARSE_NEEDS_MODEL)
+    if settings is None and model is None and (overrides.get("sparse") or overrides.get("lora")):
+        raise ValueError(FROZEN_NEEDS_MODEL)
     return _apply(base, {**overrides, "device": device})

@@ -230,6 +230,7 @@ CROSS_CASES = {  # (the golden files are re-encoded under these kernels in test_
     "model, -T 2": ["--lanes", "3", "-T", "2"],
     "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
     "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
+    "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
 }
 
 
