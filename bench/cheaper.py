@@ -8,6 +8,7 @@ full dynamic evaluation's saving over static that each row keeps, and its speed 
 order 6 on the same slice beside them.
 
     python bench/cheaper.py [--tune-bytes 200000] [--thresholds 1.8,2.0,2.2,2.4]
+    python bench/cheaper.py --rows lora-4,lora-32,lora-tlm --tlm 2.2,1.8   # some rows, thresholds given
 
 Run it alone (about 15 minutes on 2 cores): the speeds are same-run ratios.
 """
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--tune-bytes", type=int, default=200_000)
     ap.add_argument("--thresholds", default="1.8,2.0,2.2,2.4")
     ap.add_argument("--report", default="3000000:3500000")
+    ap.add_argument("--rows", help="eval's variant rows to report, beside static and full [all]")
+    ap.add_argument("--tlm", help="TLM thresholds (experts mixed in, network alone) instead of tuning them")
     args = ap.parse_args()
     text = ENWIK8.read_bytes()
     tune = text[2_500_000 : 2_500_000 + args.tune_bytes]
@@ -54,8 +57,13 @@ def main() -> None:
     ppmd = ppmd_bpb(report)
     print(f"report slice [{lo:,}, {hi:,}): PPMd order 6 {ppmd:.4f} bits/byte" if ppmd else "pyppmd not installed")
 
-    for experts in ("orders,word,match", ""):
+    given = [float(b) for b in args.tlm.split(",")] if args.tlm else None
+    wanted = args.rows.split(",") if args.rows else list(VARIANTS)
+    for n, experts in enumerate(("orders,word,match", "")):
         name = "experts mixed in" if experts else "the network alone"
+        if given:
+            tuned(given[n], wanted, name, experts, model, report, lo, hi)
+            continue
         full = run(model, tune, "full", experts)
         print(f"  tune ({name}): full rms-decay: {full.bpb:.4f}, {full.kbps:.2f} kB/s")
         best = None  # the highest threshold (most skipped) within +1 % of full rms-decay on the tuning slice
@@ -66,28 +74,33 @@ def main() -> None:
             if m.bpb <= full.bpb * 1.01:
                 best = bits
         best = best or min(float(b) for b in args.thresholds.split(","))
-        rows = {"static": dict(rule="static"), "rms-decay": dict()}
-        for label, variant in VARIANTS.items():  # eval's rows, at the threshold tuned here
-            rows[f"{label} {best}" if "tlm_bits" in variant else label] = {
-                **variant,
-                **({"tlm_bits": best} if "tlm_bits" in variant else {}),
-            }
-        print(f"\n{name}, [{lo:,}, {hi:,}): ")
-        print(f"{'row':<18} {'bits/byte':>9} {'skipped':>7} {'kB/s':>6} {'MFLOP/B':>7} {'saving kept':>11} ", end="")
-        print(f"{'speed':>6}")
-        results = {}
-        for label, kw in rows.items():
-            m = results[label] = run(model, report, label, experts, **kw)
-            static, full = results.get("static"), results.get("rms-decay")
-            kept = speed = ""
-            if static and full and label not in ("static",):
-                kept = f"{100 * (static.bpb - m.bpb) / (static.bpb - full.bpb):.0f}%"
-                speed = f"{m.kbps / full.kbps:.2f}x"
-            print(
-                f"{label:<18} {m.bpb:>9.4f} {f'{100 * m.skip_fraction:.0f}%':>7} {m.kbps:>6.2f} "
-                f"{m.flops / 1e6:>7.2f} {kept:>11} {speed:>6}",
-                flush=True,
-            )
+        tuned(best, wanted, name, experts, model, report, lo, hi)
+
+
+def tuned(best: float, wanted: list, name: str, experts: str, model, report: bytes, lo: int, hi: int) -> None:
+    """Every row on the report slice, TLM at threshold `best`."""
+    rows = {"static": dict(rule="static"), "rms-decay": dict()}
+    for label, variant in ((k, v) for k, v in VARIANTS.items() if k in wanted):  # eval's rows, at `best`
+        rows[f"{label} {best}" if "tlm_bits" in variant else label] = {
+            **variant,
+            **({"tlm_bits": best} if "tlm_bits" in variant else {}),
+        }
+    print(f"\n{name}, [{lo:,}, {hi:,}): ")
+    print(f"{'row':<18} {'bits/byte':>9} {'skipped':>7} {'kB/s':>6} {'MFLOP/B':>7} {'saving kept':>11} ", end="")
+    print(f"{'speed':>6}")
+    results = {}
+    for label, kw in rows.items():
+        m = results[label] = run(model, report, label, experts, **kw)
+        static, full = results.get("static"), results.get("rms-decay")
+        kept = speed = ""
+        if static and full and label not in ("static",):
+            kept = f"{100 * (static.bpb - m.bpb) / (static.bpb - full.bpb):.0f}%"
+            speed = f"{m.kbps / full.kbps:.2f}x"
+        print(
+            f"{label:<18} {m.bpb:>9.4f} {f'{100 * m.skip_fraction:.0f}%':>7} {m.kbps:>6.2f} "
+            f"{m.flops / 1e6:>7.2f} {kept:>11} {speed:>6}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
