@@ -49,6 +49,7 @@ from .errors import DyncompressError
 from .model import DEFAULT_MODEL, Model, ModelError
 from .model import find as find_model
 from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
+from .predictor import predictor_record
 from .progress import Progress
 from .settings import Settings, default_device, default_threads, make_settings, usable_cores
 
@@ -132,18 +133,13 @@ class Compressor:
             if size is not None and not self._size_known:
                 self.settings = self._choose(size)
             self._codec = Codec(self.settings, self.model)
-            meta = {
-                "settings": self.settings.to_dict(),
-                **self._codec.predictor.record(),
-                "fingerprint": fingerprint(self.settings, self.model),
-                "platform": platform_record(self.settings.device),
-            }
+            header = stream_header(self.settings, self.model)
         except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
         self._started = True
         if not (self._size_known and self._size_hint <= self.settings.frame_size):  # one frame: code it here
             self._pool = _pool(self._workers, self.settings, self._progress)
-        return pack_header(meta)
+        return header
 
     def _emit_blocks(self, final: bool) -> bytes:
         out = []
@@ -235,6 +231,28 @@ class Compressor:
         """-log2 p summed over the bytes coded so far (the model's own estimate)."""
         nats = self._nats + (self._codec.nats if self._codec and self._frame[0] else 0.0)
         return nats / 0.6931471805599453
+
+
+def stream_header(settings: Settings, model: Model | None) -> bytes:
+    """The header of a stream coded with `settings` from `model` (None: online mode)."""
+    meta = {
+        "settings": settings.to_dict(),
+        **predictor_record(model),
+        "fingerprint": fingerprint(settings, model),
+        "platform": platform_record(settings.device),
+    }
+    return pack_header(meta)
+
+
+def one_frame_stream(settings: Settings, model: Model | None, data: bytes, packed: bytes) -> bytes:
+    """The whole stream of an input that is one frame (0 < len(data) <= frame size), its blocks
+    `packed` coded elsewhere by `encode_frame`: the bytes `Compressor` writes for it."""
+    header = stream_header(settings, model)
+    blocks = len(block_spans(0, len(data), settings.block_size))
+    index = pack_index([(len(data), len(packed))])
+    digest = stream_digest()
+    digest.update(data)
+    return header + packed + index + pack_end(len(data), blocks, digest.digest(), 1, len(header + packed + index))
 
 
 def _pool(workers: int | Executor | None, settings: Settings, progress: Progress | None) -> Pool | None:

@@ -463,17 +463,28 @@ def encode(
         raise Fatal(str(e) + ("" if online or model else "; encode --online works without a model")) from None
 
     def one(path: str) -> None:
+        ready = _take(ahead, path)  # coded in the pool already (many files), else None
         if path != "-" and path.endswith(SUFFIX) and not opts.force:
             raise Failure(f"already has {SUFFIX} suffix -- ignored (use -f to compress anyway)")
         target = _output_target(path, opts, _encoded_name)
-        started = time.monotonic()
+        started, took = time.monotonic(), []
 
         def work(reader, writer, size):
+            first = b""
+            if ready is not None:
+                stream, seconds, data = ready
+                first = reader.read(len(data) + 1)
+                if first == data:  # still the bytes that were coded
+                    writer.write(stream)
+                    took.append(seconds)
+                    return
+                size = None  # changed since: code what it holds now
             progress = ProgressLine(_name(path), size, opts.verbosity >= 1)
             comp = None
             try:
                 comp = Compressor(level=level, model=model, size_hint=size, progress=progress, workers=workers, **knobs)
-                while chunk := reader.read(CHUNK):
+                while chunk := first or reader.read(CHUNK):
+                    first = b""
                     writer.write(comp.compress(chunk))
                 writer.write(comp.flush())
             finally:
@@ -482,14 +493,40 @@ def encode(
                 progress.close()
 
         n_in, n_out = _run(path, opts, target, work, reading_compressed=False)
-        opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, True))
+        opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, True))
 
     workers, client = frame_executor(cluster, workers, knobs.get("device"))
+    ahead = None
     try:
+        with loading():
+            from .batch import Ahead, encode_plan, pool_workers
+        if pool := pool_workers(workers, files):
+            skip = lambda p: p.endswith(SUFFIX) and not opts.force  # noqa: E731
+            ahead = Ahead(files, pool, encode_plan(level, model, knobs, skip))
         _each(files, opts, one)
+    except BaseException:
+        if ahead is not None:
+            ahead.kill()
+        raise
+    else:
+        if ahead is not None:
+            ahead.close()
     finally:
         if client is not None:
             client.close()
+
+
+def _take(ahead, path: str):
+    """The next file's result from the pool (`batch.Ahead`), if it was coded there. A worker that
+    died ends the run (the pool is broken); a job that failed is that file's failure."""
+    if ahead is None:
+        return None
+    from .parallel import WorkerDied
+
+    try:
+        return ahead.take(path)
+    except WorkerDied as e:
+        raise Fatal(str(e)) from None
 
 
 def _encoded_name(path: str) -> str:
@@ -526,12 +563,22 @@ def _decode_files(
         return p[: -len(SUFFIX)]
 
     def one(path: str) -> None:
+        ready = _take(ahead, path)  # decoded in the pool already (many small files), else None
         target = None if testing else _output_target(path, opts, strip)
-        started = time.monotonic()
+        started, took = time.monotonic(), []
 
         def work(reader, writer, size):
             with loading():
                 from .api import iter_decompress
+            first = b""
+            if ready is not None:
+                out, seconds, blob = ready
+                first = reader.read(len(blob) + 1)
+                if first == blob:  # still the bytes that were decoded
+                    writer.write(out)
+                    took.append(seconds)
+                    return
+                reader = _Prefixed(first, reader)  # changed since: decode what it holds now
             progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
                 if span is not None:
@@ -546,14 +593,43 @@ def _decode_files(
         if testing:
             opts.say(f"{_name(path)}: OK", level=2)
         else:
-            opts.say(_summary(_name(path), n_in, n_out, time.monotonic() - started, False))
+            opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, False))
 
     workers, client = frame_executor(cluster, workers, device)
+    ahead = None
     try:
+        with loading():
+            from .batch import Ahead, decode_plan, pool_workers
+        if span is None and (pool := pool_workers(workers, files)):
+            skip = lambda p: not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX  # noqa: E731
+            ahead = Ahead(files, pool, decode_plan(model, device, skip))
         _each(files, opts, one)
+    except BaseException:
+        if ahead is not None:
+            ahead.kill()
+        raise
+    else:
+        if ahead is not None:
+            ahead.close()
     finally:
         if client is not None:
             client.close()
+
+
+class _Prefixed:
+    """A reader that gives `head` first, then the rest of `reader`."""
+
+    def __init__(self, head: bytes, reader) -> None:
+        self._head, self._reader = head, reader
+
+    def read(self, n: int = -1) -> bytes:
+        if not self._head:
+            return self._reader.read(n)
+        if n < 0:
+            out, self._head = self._head + self._reader.read(), b""
+            return out
+        out, self._head = self._head[:n], self._head[n:]
+        return out
 
 
 @main.command()

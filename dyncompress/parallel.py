@@ -32,6 +32,11 @@ from .model import Model
 from .progress import Progress
 from .settings import Settings
 
+
+class WorkerDied(DyncompressError):
+    """A worker process of our own died: the pool is broken, and every job still in it is lost."""
+
+
 # --- the jobs (also the serial path's building blocks) ------------------------------
 
 
@@ -185,7 +190,7 @@ class Pool:
         except DyncompressError:
             raise
         except BrokenProcessPool:
-            raise DyncompressError("a worker process died (killed, or out of memory); the run was stopped") from None
+            raise WorkerDied("a worker process died (killed, or out of memory); the run was stopped") from None
         except Exception as e:  # a job that failed on an engine, or a worker lost there
             raise DyncompressError(f"a frame job failed: {type(e).__name__}: {e}") from None
 

@@ -192,8 +192,7 @@ class MLSTMPredictor:
         self.t = 0
 
     def record(self) -> dict:
-        # None: online mode (seeded random start); else which weights it starts from
-        return {"model": None if self.model is None else {"name": self.model.name, "sha256": self.model.sha256}}
+        return predictor_record(self.model)
 
 
 class MixedPredictor:
@@ -259,6 +258,12 @@ class MixedPredictor:
 
     def record(self) -> dict:
         return self.net.record()
+
+
+def predictor_record(model: Model | None) -> dict:
+    """What the header says of the starting weights: None for online mode (a seeded random start),
+    else the model's name and SHA-256 (every predictor starts from one or the other)."""
+    return {"model": None if model is None else {"name": model.name, "sha256": model.sha256}}
 
 
 def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:
