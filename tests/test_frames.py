@@ -125,6 +125,50 @@ def test_cli_workers_range_and_info(packed, tmp_path):
     assert r.returncode == 1 and r.stderr.decode().count("\n") == 1 and "outside" in r.stderr.decode()
 
 
+def test_many_small_files_are_coded_side_by_side_as_one_process_writes_them(tmp_path):
+    """-j 2 over several files of one frame each: every file is a job of one shared pool, and the
+    files are those -j 1 writes, byte for byte; failures are reported in their turn; decode and
+    test of the .dc files likewise (in order, to stdout)."""
+    texts = {
+        "a.txt": corpus("alice29.txt")[1000:2500],
+        "b.txt": corpus("alice29.txt")[90000:91200],
+        "empty.txt": b"",
+        "c.lsp": corpus("grammar.lsp")[:1000],
+        "d.txt": bytes(range(256)) * 3,
+    }
+    names = ["a.txt", "b.txt", "empty.txt", "x.dc", "nope.txt", "c.lsp", "d.txt"]
+    outputs, errors = {}, {}
+    for j in ("1", "2"):
+        where = tmp_path / f"j{j}"
+        where.mkdir()
+        for name, data in texts.items():
+            (where / name).write_bytes(data)
+        (where / "x.dc").write_bytes(b"not mine")
+        r = run_cli("encode", "-j", j, "--online", "--hidden", "16", "--lanes", "2", *names, cwd=where)
+        assert r.returncode == 1, r.stderr  # x.dc and nope.txt fail; the others are written
+        errors[j] = r.stderr.decode().splitlines()
+        outputs[j] = {name: (where / f"{name}.dc").read_bytes() for name in texts}
+    assert outputs["1"] == outputs["2"]
+    assert errors["1"] == errors["2"] and len(errors["2"]) == 2
+    assert "x.dc: already has .dc suffix" in errors["2"][0] and "nope.txt" in errors["2"][1]
+    # the pool's own answers: each planned file's stream is that file (the empty one and x.dc are not planned)
+    from dyncompress.batch import Ahead, encode_plan
+
+    paths = tuple(str(tmp_path / "j2" / name) for name in names)
+    ahead = Ahead(paths, 2, encode_plan(None, None, dict(hidden=16, lanes=2), lambda p: p.endswith(".dc")))
+    try:
+        got = {name: ahead.take(path) for name, path in zip(names, paths, strict=True)}
+    finally:
+        ahead.close()
+    assert {name for name, r in got.items() if r is not None} == {"a.txt", "b.txt", "c.lsp", "d.txt"}
+    assert all(got[name][0] == outputs["1"][name] and got[name][2] == texts[name] for name in ("a.txt", "d.txt"))
+    packed = [f"{name}.dc" for name in texts]
+    r = run_cli("decode", "-j", "2", "-c", *packed, cwd=tmp_path / "j2")
+    assert r.returncode == 0 and r.stdout == b"".join(texts.values()), r.stderr
+    r = run_cli("test", "-j", "2", "-v", "-v", *packed, cwd=tmp_path / "j2")
+    assert r.returncode == 0 and r.stderr.decode().count(": OK") == len(packed), r.stderr
+
+
 def _workers_of(pid: int) -> list[int]:
     """The worker processes of `pid` (its children, less multiprocessing's resource tracker)."""
     kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
