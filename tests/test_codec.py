@@ -116,12 +116,12 @@ def test_fingerprint_is_reproduced_by_a_fresh_process_and_tracks_settings():
 
 
 def test_bounded_stress_run_has_no_failures(tmp_path):
-    """bench/stress.py for ~6 s (small inputs and networks; BENCHMARKS.md has a long run): random
+    """bench/stress.py for ~3 s (small inputs and networks; BENCHMARKS.md has a long run): random
     inputs, modes, levels, lanes and block sizes, in-process and in fresh CLI processes, two
     workers at once; every round trip exact."""
     script = Path(__file__).resolve().parent.parent / "bench" / "stress.py"
     r = subprocess.run(
-        [sys.executable, str(script), "--seconds", "6", "--workers", "2", "--max-size", "2000", "--max-hidden", "32"]
+        [sys.executable, str(script), "--seconds", "3", "--workers", "2", "--max-size", "2000", "--max-hidden", "32"]
         + ["--fresh-every", "4", "--seed", "7", "--failures", str(tmp_path / "failures.json")],
         capture_output=True,
         text=True,
@@ -130,5 +130,5 @@ def test_bounded_stress_run_has_no_failures(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     summary = r.stdout.splitlines()[0]
     trips = int(summary.split()[1])
-    assert trips >= 3 and " 0 failed" in summary, r.stdout
+    assert trips >= 2 and " 0 failed" in summary, r.stdout
     assert "ok fresh" in r.stdout and "ok in-process" in r.stdout, r.stdout
