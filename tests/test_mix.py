@@ -20,10 +20,10 @@ def settings_with(experts: str, **kw) -> Settings:
     return Settings(**{**NET, **kw}, mix=MixSettings(experts=experts, table_bits=12))
 
 
-def test_the_log_table_is_ln_n_plus_half_rounded():
+def test_the_log_table_is_ln_n_plus_an_eighth_rounded():
     table = log_table(250)
     assert len(table) == 252 and table.dtype == np.int64
-    reference = np.array([math.log(n + 0.5) * 4096 for n in range(252)])
+    reference = np.array([math.log(n + 0.125) * 4096 for n in range(252)])
     assert np.abs(table - reference).max() <= 0.5 + 1e-9
     assert np.array_equal(table, np.round(reference).astype(np.int64))  # no value lies near a tie
 
