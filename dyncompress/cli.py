@@ -462,7 +462,7 @@ def encode(
     except DyncompressError as e:
         raise Fatal(str(e) + ("" if online or model else "; encode --online works without a model")) from None
 
-    def one(path: str) -> None:
+    def one(path: str, workers, ahead) -> None:
         ready = _take(ahead, path)  # coded in the pool already (many files), else None
         if path != "-" and path.endswith(SUFFIX) and not opts.force:
             raise Failure(f"already has {SUFFIX} suffix -- ignored (use -f to compress anyway)")
@@ -470,14 +470,10 @@ def encode(
         started, took = time.monotonic(), []
 
         def work(reader, writer, size):
-            first = b""
-            if ready is not None:
-                stream, seconds, data = ready
-                first = reader.read(len(data) + 1)
-                if first == data:  # still the bytes that were coded
-                    writer.write(stream)
-                    took.append(seconds)
-                    return
+            first = _use_ready(ready, reader, writer, took)
+            if first is None:
+                return
+            if first:
                 size = None  # changed since: code what it holds now
             progress = ProgressLine(_name(path), size, opts.verbosity >= 1)
             comp = None
@@ -495,15 +491,25 @@ def encode(
         n_in, n_out = _run(path, opts, target, work, reading_compressed=False)
         opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, True))
 
-    workers, client = frame_executor(cluster, workers, knobs.get("device"))
+    def plan():
+        from .batch import encode_plan
+
+        return encode_plan(level, model, knobs, lambda p: p.endswith(SUFFIX) and not opts.force)
+
+    _each_with_workers(files, opts, one, cluster, workers, knobs.get("device"), plan)
+
+
+def _each_with_workers(files, opts: Options, one: Callable, cluster, workers, device, plan: Callable | None) -> None:
+    """`_each` with the frame workers (-j) or the cluster's executor; with several files, a shared
+    pool that codes ahead every file `plan()` accepts (`batch.Ahead`). `one(path, workers, ahead)`."""
+    workers, client = frame_executor(cluster, workers, device)
     ahead = None
     try:
         with loading():
-            from .batch import Ahead, encode_plan, pool_workers
-        if pool := pool_workers(workers, files):
-            skip = lambda p: p.endswith(SUFFIX) and not opts.force  # noqa: E731
-            ahead = Ahead(files, pool, encode_plan(level, model, knobs, skip))
-        _each(files, opts, one)
+            from .batch import Ahead, pool_workers
+        if plan is not None and (pool := pool_workers(workers, files)):
+            ahead = Ahead(files, pool, plan())
+        _each(files, opts, lambda path: one(path, workers, ahead))
     except BaseException:
         if ahead is not None:
             ahead.kill()
@@ -514,6 +520,20 @@ def encode(
     finally:
         if client is not None:
             client.close()
+
+
+def _use_ready(ready, reader, writer, took: list) -> bytes | None:
+    """A file's result from the pool, written if the input still holds the bytes it was made from
+    (then None); else the input's bytes read so far (b"": none), for the ordinary path."""
+    if ready is None:
+        return b""
+    result, seconds, source = ready
+    first = reader.read(len(source) + 1)
+    if first != source:
+        return first
+    writer.write(result)
+    took.append(seconds)
+    return None
 
 
 def _take(ahead, path: str):
@@ -562,7 +582,7 @@ def _decode_files(
             raise Failure(f"unknown suffix (expected {SUFFIX}) -- ignored; use -o NAME or -c")
         return p[: -len(SUFFIX)]
 
-    def one(path: str) -> None:
+    def one(path: str, workers, ahead) -> None:
         ready = _take(ahead, path)  # decoded in the pool already (many small files), else None
         target = None if testing else _output_target(path, opts, strip)
         started, took = time.monotonic(), []
@@ -570,14 +590,10 @@ def _decode_files(
         def work(reader, writer, size):
             with loading():
                 from .api import iter_decompress
-            first = b""
-            if ready is not None:
-                out, seconds, blob = ready
-                first = reader.read(len(blob) + 1)
-                if first == blob:  # still the bytes that were decoded
-                    writer.write(out)
-                    took.append(seconds)
-                    return
+            first = _use_ready(ready, reader, writer, took)
+            if first is None:
+                return
+            if first:
                 reader = _Prefixed(first, reader)  # changed since: decode what it holds now
             progress = ProgressLine(_name(path), None, opts.verbosity >= 1)
             try:
@@ -595,25 +611,12 @@ def _decode_files(
         else:
             opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, False))
 
-    workers, client = frame_executor(cluster, workers, device)
-    ahead = None
-    try:
-        with loading():
-            from .batch import Ahead, decode_plan, pool_workers
-        if span is None and (pool := pool_workers(workers, files)):
-            skip = lambda p: not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX  # noqa: E731
-            ahead = Ahead(files, pool, decode_plan(model, device, skip))
-        _each(files, opts, one)
-    except BaseException:
-        if ahead is not None:
-            ahead.kill()
-        raise
-    else:
-        if ahead is not None:
-            ahead.close()
-    finally:
-        if client is not None:
-            client.close()
+    def plan():
+        from .batch import decode_plan
+
+        return decode_plan(model, device, lambda p: not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX)
+
+    _each_with_workers(files, opts, one, cluster, workers, device, plan if span is None else None)
 
 
 class _Prefixed:

@@ -12,10 +12,10 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      byte), predicting the byte that followed it
 
 A count expert's evidence for byte j is ln(n_j + 1/8) (in units of 2^-12, from a table built with
-correctly rounded decimal logarithms; 1/8 rather than 1/2 makes a context's unseen bytes 2.1 nats
-below a byte seen once, not 1.1: on 50 kB pieces Japanese and Chinese text 2.7 ... 3.5 % smaller,
-calgary/obj2 3.6 %, pic 3.9 %, German 0.2 %, enwik8 0.05 %, alice29 0.1 % larger; BENCHMARKS.md); the match expert's is 1 nat on the predicted byte. The
-mixer adds them in logit space:
+correctly rounded decimal logarithms; 1/8 rather than 1/2 puts a context's unseen bytes 2.1 nats
+below a byte seen once, not 1.1: on 100 kB of Japanese and Chinese text, calgary/obj2 and pic
+3 ... 4 % smaller, enwik8 [3.0M, 3.5M) 0.4 % smaller, alice29 0.08 % larger; BENCHMARKS.md); the
+match expert's is 1 nat on the predicted byte. The mixer adds them in logit space:
 
     z_j = sum_i w_i[s] * e_ij        (e_0 = the network's logits, less their maximum)
 
