@@ -215,9 +215,7 @@ class Compressor:
         if self._pool is not None:
             self._pool.close()
         self._end_frame()
-        index = pack_index(self._frames)
-        end = pack_end(self._total, self._blocks, self._digest.digest(), len(self._frames), self._offset + len(index))
-        return out + index + end
+        return out + stream_tail(self._frames, self._total, self._blocks, self._digest.digest(), self._offset)
 
     def close(self) -> None:
         """Stop the workers of an unfinished run (nothing more can be coded)."""
@@ -244,15 +242,20 @@ def stream_header(settings: Settings, model: Model | None) -> bytes:
     return pack_header(meta)
 
 
+def stream_tail(frames: list[tuple[int, int]], total: int, blocks: int, digest: bytes, offset: int) -> bytes:
+    """A stream's frame index and end marker, after `offset` bytes of header and blocks."""
+    index = pack_index(frames)
+    return index + pack_end(total, blocks, digest, len(frames), offset + len(index))
+
+
 def one_frame_stream(settings: Settings, model: Model | None, data: bytes, packed: bytes) -> bytes:
     """The whole stream of an input that is one frame (0 < len(data) <= frame size), its blocks
     `packed` coded elsewhere by `encode_frame`: the bytes `Compressor` writes for it."""
-    header = stream_header(settings, model)
-    blocks = len(block_spans(0, len(data), settings.block_size))
-    index = pack_index([(len(data), len(packed))])
+    head = stream_header(settings, model) + packed
     digest = stream_digest()
     digest.update(data)
-    return header + packed + index + pack_end(len(data), blocks, digest.digest(), 1, len(header + packed + index))
+    blocks = len(block_spans(0, len(data), settings.block_size))
+    return head + stream_tail([(len(data), len(packed))], len(data), blocks, digest.digest(), len(head))
 
 
 def _pool(workers: int | Executor | None, settings: Settings, progress: Progress | None) -> Pool | None:

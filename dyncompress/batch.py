@@ -18,7 +18,7 @@ import collections
 import io
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor
 
 from .container import END_SIZE, parse_end
@@ -61,7 +61,6 @@ class Ahead:
         self._plan, self._paths = plan, iter(enumerate(paths))
         self._pool = Pool(workers)
         self._queued: collections.deque[tuple[int, str, bytes, Callable]] = collections.deque()
-        self._results: Iterator | None = None
         self._turn = 0
         self._fill()
 

@@ -27,6 +27,7 @@ from .codec import Codec, block_spans, frame_spans, to_lanes
 from .coder import FREQ_BITS
 from .container import Block, Header, read_frames
 from .errors import DyncompressError
+from .exact import side_layout
 from .mlstm import MLSTMShape
 from .model import Model
 from .progress import Progress
@@ -149,9 +150,8 @@ def flops_per_byte(settings: Settings, skipped: float = 0.0) -> float:
     M's with `sparse`, the factors' with `lora`) and the update (a few per adapted weight per segment),
     less the skipped fraction of segments."""
     a = settings.adapt
-    H, k, A = settings.hidden, a.sparse, 256
-    dims = {"w_mh": H + H, "w_m": H + 4 * H, "w_out": H + A}
-    side = k * k + a.lora * sum(dims[name] for name in a.lora_names) * bool(a.lora)  # sparse's M, LoRA's A and B
+    H, A = settings.hidden, 256
+    side = sum(math.prod(dims) for _, dims in side_layout(settings.shape, a.sparse, a.lora, a.lora_names))
     recurrent = 2 * (H * H + 4 * H * H)  # h W_mh, m W_m
     forward = recurrent + 2 * H * A + 2 * side
     if a.rule == "static":
