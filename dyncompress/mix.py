@@ -3,10 +3,11 @@
 The network is one expert among several. The others are counts of what followed a context,
 kept in integer tables that encoder and decoder update alike after every byte:
 
-    orders 1 ... 6   the last k bytes of the lane (orders 1 and 2 indexed directly, the others
+    orders 1 ... 6, 8  the last k bytes of the lane (orders 1 and 2 indexed directly, the others
                      hashed into tables of 2^table_bits rows, each row tagged with 16 more bits
                      of the hash so that a collision reads as an unseen context)
-    word             the current word (letters, or bytes >= 128) with the word before it
+    word             three contexts of words (letters, or bytes >= 128): the current word with the
+                     word before it, the current word alone, the current word with the word two back
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
                      points into the history; the length is verified and then extended byte by
                      byte), predicting the byte that followed it
@@ -23,7 +24,9 @@ with weights w per lane that are the sum of one row from each of six tables, cho
 contexts (the match length's bucket with the highest order seen; that order with its count bucket
 and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
 and the current word), and learns them online, after every byte, by the gradient of the code
-length: each chosen row -= lr * (sum_j p_j e_ij - e_iy). Everything is int64 arithmetic (weights
+length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own rate, which starts
+16 times mix_lr and falls to it as the row learns (rarely chosen rows of the hashed sets learn
+fast, the busy ones settle). Everything is int64 arithmetic (weights
 in units of 2^-16), so every machine gets the same bits; `exact.frequencies` turns z into the
 coded frequencies.
 
@@ -41,7 +44,14 @@ import numpy as np
 
 from .settings import MixSettings
 
-ORDERS = (1, 2, 3, 4, 5, 6)
+ORDERS = (1, 2, 3, 4, 5, 6, 8)
+# word contexts: the current word with the one before it, the current word alone (the rest of a word
+# from its start), the current word with the one two back (BENCHMARKS.md, issue 11, fourth session)
+WORDS = ("pair", "word", "skip")
+# the mixer's rates: a weight row starts at RATE_START times the settled rate (mix_lr) and comes down
+# to it as RATE_SETTLE / (RATE_SETTLE + its steps): rows seen often learn slowly, rare ones fast
+RATE_START, RATE_SETTLE = 16, 64
+HALF_ROWS = ("o3", "word", "skip")
 MATCH_MIN = 6  # bytes hashed to find a match
 MATCH_CHECK = 32  # bytes compared backwards to verify one
 MATCH_MAX = 65535
@@ -79,6 +89,15 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return (x ^ (x >> np.uint64(29))) * P2
 
 
+def table_sizes(tb: int, orders: bool, words: bool) -> list[int]:
+    """Rows of every count table: orders 1 and 2 direct, the rest hashed, 2^tb rows each but for
+    those in HALF_ROWS. Halving order 3's, the word's and the skip pair's rows keeps the default
+    level's tables under 256 MB, for 0.03 % on alice29 and 0.12 % on enwik8 [3.0M, 3.5M)."""
+    names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else [])
+    direct = {"o1": 256, "o2": 1 << 16}
+    return [direct.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
+
+
 def table_bytes(s: MixSettings, lanes: int) -> int:
     """The most memory the experts' tables take with these settings (what `info` states)."""
     return Experts(s, lanes).memory() if s.expert_names else 0
@@ -93,8 +112,7 @@ class Experts:
         self.use_orders, self.use_word, self.use_match = "orders" in names, "word" in names, "match" in names
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        sizes = ([256, 1 << 16] + [1 << tb] * (len(ORDERS) - 2)) if self.use_orders else []
-        sizes += [1 << tb] if self.use_word else []
+        sizes = table_sizes(tb, self.use_orders, self.use_word)
         self.K = len(sizes)
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
@@ -122,7 +140,7 @@ class Experts:
         if self.use_match:
             # a longer match earns more trust from the start (weights in nats per bucket)
             self.w0[:n_a, -1] = np.repeat(MATCH_TRUST, self.K + 1)
-        self.lr = int(round(s.mix_lr * (1 << 20)))
+        self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lanes_idx = np.arange(B)
         self.reset()
 
@@ -146,11 +164,12 @@ class Experts:
         self.W = self.w0.copy()
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
         self.pos = np.zeros(B, dtype=np.int64)  # bytes every lane has seen
-        self.word = np.zeros((B, 2), dtype=np.uint64)  # current word's hash, the previous word's
+        self.word = np.zeros((B, 3), dtype=np.uint64)  # hashes of the current word, the one before, the one before that
+        self.updates = np.zeros(self.n_sets, dtype=np.int64)  # steps every weight row has taken
         self.ptr = np.zeros(B, dtype=np.int64)  # match: flat history index of the predicted byte
         self.mlen = np.zeros(B, dtype=np.int64)  # match length (0: none)
 
-    ARRAYS = ("counts", "tags", "recent", "hist", "match_table", "W", "last", "pos", "word", "ptr", "mlen")
+    ARRAYS = ("counts", "tags", "recent", "hist", "match_table", "W", "updates", "last", "pos", "word", "ptr", "mlen")
 
     def state(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k).copy() for k in self.ARRAYS}
@@ -167,7 +186,9 @@ class Experts:
         if self.use_orders:
             cols.append((self.last[:, None] & self.masks) + self.salts)
         if self.use_word:
-            cols.append((_mix64(self.word[:, 0]) + self.word[:, 1] * P1)[:, None])
+            cur = _mix64(self.word[:, 0])
+            pair, alone, skip = cur + self.word[:, 1] * P1, self.word[:, 0] + P1, cur + self.word[:, 2] * P1 + P2
+            cols.append(np.stack([pair, alone, skip], axis=1))
         h = _mix64(np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0])
         rows = (h >> self.shift).astype(np.int64)
         tags = ((h >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.uint16)
@@ -239,8 +260,11 @@ class Experts:
         # mixer: g_i = sum_j p_j e_ij - e_iy (units 2^-12), exact in int64 (< 2^58)
         expected = np.einsum("bj,bij->bi", freqs[:k], E) >> 24
         g = expected - E[lanes, :, y]
-        step = -((g * self.lr + (1 << 15)) >> 16)
-        np.add.at(self.W, sets.reshape(-1), np.repeat(step, sets.shape[1], axis=0))
+        # every row at its own rate: RATE_START times the settled rate at first, falling as it learns
+        rate = np.maximum(self.lr, (RATE_START * RATE_SETTLE * self.lr) // (RATE_SETTLE + self.updates[sets]))  # (k, S)
+        step = -((g[:, None, :] * rate[:, :, None] + (1 << 15)) >> 16)
+        np.add.at(self.W, sets.reshape(-1), step.reshape(-1, self.n_in))
+        np.add.at(self.updates, sets.reshape(-1), 1)
         np.clip(self.W, -W_BOUND, W_BOUND, out=self.W)
         if self.K:
             self._count(used["rows"][:k], used["tags"][:k], y)
@@ -288,8 +312,9 @@ class Experts:
         if self.use_word:
             letter = ((y | 32) >= ord("a")) & ((y | 32) <= ord("z")) | (y >= 128)
             low = np.where((y >= ord("A")) & (y <= ord("Z")), y | 32, y).astype(np.uint64)
-            cur, prev = self.word[:k, 0], self.word[:k, 1]
+            cur, prev, before = self.word[:k, 0], self.word[:k, 1], self.word[:k, 2]
             ended = ~letter & (cur != 0)
+            self.word[:k, 2] = np.where(ended, prev, before)
             self.word[:k, 1] = np.where(ended, cur, prev)
             self.word[:k, 0] = np.where(letter, (cur ^ low) * P1 + np.uint64(1), np.uint64(0))
         if self.use_match:
