@@ -263,9 +263,10 @@ class Experts:
         # every row at its own rate: RATE_START times the settled rate at first, falling as it learns
         rate = np.maximum(self.lr, (RATE_START * RATE_SETTLE * self.lr) // (RATE_SETTLE + self.updates[sets]))  # (k, S)
         step = -((g[:, None, :] * rate[:, :, None] + (1 << 15)) >> 16)
-        np.add.at(self.W, sets.reshape(-1), step.reshape(-1, self.n_in))
-        np.add.at(self.updates, sets.reshape(-1), 1)
-        np.clip(self.W, -W_BOUND, W_BOUND, out=self.W)
+        touched = sets.reshape(-1)
+        np.add.at(self.W, touched, step.reshape(-1, self.n_in))
+        np.add.at(self.updates, touched, 1)
+        self.W[touched] = np.clip(self.W[touched], -W_BOUND, W_BOUND)  # only these rows moved
         if self.K:
             self._count(used["rows"][:k], used["tags"][:k], y)
         self._advance(y, k)
