@@ -121,13 +121,15 @@ def _small_file(path: str, limit: int) -> bytes | None:
 
 def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], bool]) -> Callable:
     """`Ahead`'s plan for `encode`: a file that fits in one frame, with the settings the ordinary
-    path would choose for its size."""
+    path would choose for its size (with `--frame-size 0`, every file is one frame: those of at
+    most one block go to the pool)."""
     from .api import one_frame_stream
 
-    limit = make_settings(level=level, model=model, **knobs).frame_size
+    settings = make_settings(level=level, model=model, **knobs)
+    limit = settings.frame_size or settings.block_size
 
     def plan(path: str):
-        if skip(path) or not limit:
+        if skip(path):
             return None
         data = _small_file(path, limit)
         if data is None:
@@ -136,7 +138,7 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
             settings = make_settings(level=level, model=model, size_hint=len(data), **knobs)
         except ValueError:
             return None
-        if len(data) > settings.frame_size:
+        if len(data) > (settings.frame_size or settings.block_size):
             return None
         job = (encode_job, worker_settings(settings, "threads" in knobs), model, data)
         return data, job, lambda result: one_frame_stream(settings, model, data, result[0])

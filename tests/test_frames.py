@@ -165,6 +165,22 @@ def test_many_small_files_are_coded_side_by_side_as_one_process_writes_them(tmp_
     packed = [f"{name}.dc" for name in texts]
     r = run_cli("decode", "-j", "2", "-c", *packed, cwd=tmp_path / "j2")
     assert r.returncode == 0 and r.stdout == b"".join(texts.values()), r.stderr
+    # --frame-size 0 (every file one frame): a file of at most one block goes to the pool too, and
+    # its stream is the one -j 1 writes; a larger one takes the ordinary path
+    one = tmp_path / "one"
+    one.mkdir()
+    for name in ("a.txt", "b.txt"):  # 1500 and 1200 bytes
+        (one / name).write_bytes(texts[name])
+    knobs = dict(hidden=16, lanes=2, frame_size=0, block_size=1300)
+    r = run_cli("encode", "--online", "--hidden", "16", "--lanes", "2", "--frame-size", "0", "--block-size", "1300",
+                "a.txt", "b.txt", cwd=one)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ahead = Ahead((str(one / "a.txt"), str(one / "b.txt")), 2, encode_plan(None, None, knobs, lambda p: False))
+    try:
+        assert ahead.take(str(one / "a.txt")) is None
+        assert ahead.take(str(one / "b.txt"))[0] == (one / "b.txt.dc").read_bytes()
+    finally:
+        ahead.close()
 
 
 def _workers_of(pid: int) -> list[int]:
