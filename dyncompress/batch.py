@@ -119,14 +119,19 @@ def _small_file(path: str, limit: int) -> bytes | None:
     return data if 0 < len(data) <= limit else None
 
 
+def _pooled_limit(settings: Settings) -> int:
+    """The largest file the pool codes as one job: one frame (with frame size 0, where any file is one
+    frame, one block: what bounds the memory of the files read ahead)."""
+    return settings.frame_size or settings.block_size
+
+
 def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], bool]) -> Callable:
     """`Ahead`'s plan for `encode`: a file that fits in one frame, with the settings the ordinary
     path would choose for its size (with `--frame-size 0`, every file is one frame: those of at
     most one block go to the pool)."""
     from .api import one_frame_stream
 
-    settings = make_settings(level=level, model=model, **knobs)
-    limit = settings.frame_size or settings.block_size
+    limit = _pooled_limit(make_settings(level=level, model=model, **knobs))
 
     def plan(path: str):
         if skip(path):
@@ -138,7 +143,7 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
             settings = make_settings(level=level, model=model, size_hint=len(data), **knobs)
         except ValueError:
             return None
-        if len(data) > (settings.frame_size or settings.block_size):
+        if len(data) > _pooled_limit(settings):
             return None
         job = (encode_job, worker_settings(settings, "threads" in knobs), model, data)
         return data, job, lambda result: one_frame_stream(settings, model, data, result[0])

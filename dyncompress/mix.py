@@ -48,10 +48,10 @@ ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # word contexts: the current word with the one before it, the current word alone (the rest of a word
 # from its start), the current word with the one two back (BENCHMARKS.md, issue 11, fourth session)
 WORDS = ("pair", "word", "skip")
+HALF_ROWS = ("o3", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
 # the mixer's rates: a weight row starts at RATE_START times the settled rate (mix_lr) and comes down
 # to it as RATE_SETTLE / (RATE_SETTLE + its steps): rows seen often learn slowly, rare ones fast
 RATE_START, RATE_SETTLE = 16, 64
-HALF_ROWS = ("o3", "word", "skip")
 MATCH_MIN = 6  # bytes hashed to find a match
 MATCH_CHECK = 32  # bytes compared backwards to verify one
 MATCH_MAX = 65535
@@ -141,6 +141,7 @@ class Experts:
             # a longer match earns more trust from the start (weights in nats per bucket)
             self.w0[:n_a, -1] = np.repeat(MATCH_TRUST, self.K + 1)
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
+        self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         self.lanes_idx = np.arange(B)
         self.reset()
 
@@ -261,7 +262,7 @@ class Experts:
         expected = np.einsum("bj,bij->bi", freqs[:k], E) >> 24
         g = expected - E[lanes, :, y]
         # every row at its own rate: RATE_START times the settled rate at first, falling as it learns
-        rate = np.maximum(self.lr, (RATE_START * RATE_SETTLE * self.lr) // (RATE_SETTLE + self.updates[sets]))  # (k, S)
+        rate = np.maximum(self.lr, self.lr_start // (RATE_SETTLE + self.updates[sets]))  # (k, S)
         step = -((g[:, None, :] * rate[:, :, None] + (1 << 15)) >> 16)
         touched = sets.reshape(-1)
         np.add.at(self.W, touched, step.reshape(-1, self.n_in))
