@@ -226,8 +226,7 @@ class MixedPredictor:
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         if self.pending is not None:
             self._learn(inputs)
-        z, used = self.experts.mix(self.net.forward(inputs))
-        freqs = frequencies(z.astype(np.float64))
+        freqs, used = self.experts.mix(self.net.forward(inputs))
         self.net.learn_from(freqs)
         self.pending = (used, freqs, active)
         self.t += 1

@@ -9,8 +9,10 @@ import torch
 from conftest import NET, corpus
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.container import FORMAT2_MIX
+from dyncompress.exact import checked_tables, frequencies
 from dyncompress.measure import measure
-from dyncompress.mix import Experts, log_table, table_bytes
+from dyncompress.mix import Z_BOUND, Experts, log_table, table_bytes
+from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
 SUBSETS = ["", "orders", "word", "match", "orders,word,match"]
@@ -26,6 +28,23 @@ def test_the_log_table_is_ln_n_plus_an_eighth_rounded():
     reference = np.array([math.log(n + 0.125) * 4096 for n in range(252)])
     assert np.abs(table - reference).max() <= 0.5 + 1e-9
     assert np.array_equal(table, np.round(reference).astype(np.int64))  # no value lies near a tie
+
+
+def test_the_compiled_frequencies_are_the_exact_ones():
+    """The mixer's frequencies (integer logits, compiled) equal `exact.frequencies` of the same
+    logits: ties for the maximum, differences at the rounding's half-way points, beyond the
+    exponential's range and at the mixer's bounds."""
+    rng = np.random.default_rng(3)
+    z = rng.integers(-40_000, 40_000, (64, 256))
+    z[1, [3, 9]] = z[1].max() + 1  # two most probable bytes: the first takes the remainder
+    z[2] = z[2, 0] - np.arange(256) * 2  # differences of 2 units of 2^-12: half-way between table points
+    z[3, :] = 7  # all equal
+    z[4] = rng.choice([-Z_BOUND, Z_BOUND], 256)  # far beyond the 24 nats the table covers
+    z[5] = -Z_BOUND
+    out = np.empty_like(z)
+    integer_frequencies(z, checked_tables()[2], out)
+    assert np.array_equal(out, frequencies(z.astype(np.float64)))
+    assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
 @pytest.mark.parametrize("experts", SUBSETS)

@@ -1,0 +1,291 @@
+"""The experts' per-byte work (`mix.Experts`), compiled by numba: one call per step for all lanes.
+
+Every value here is an integer (int64, or uint64 for the hashes, whose multiplies wrap), so the
+compiled code computes what the equations in `mix` say on every machine; nothing rounds but the
+network's logits, once, half to even. Lanes that touch the same row in one step are resolved
+the way `mix` documents: the lowest lane decides a tag, a recent byte and a match slot, counts add.
+Reads that the equations make before a step's writes (the match check, the lookups) come first in
+loops of their own, so the order of the lanes cannot change a bit.
+
+Constants come in as arguments or module globals of explicit dtype: numba types a uint64 mixed
+with a Python int as float64, which would round a hash.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+U8, U16, U29, U31, U64 = np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
+MASK16 = np.uint64(0xFFFF)
+MASK8 = np.uint64(0xFF)
+MASK24 = np.uint64(0xFFFFFF)
+MASK48 = np.uint64((1 << 48) - 1)
+P1 = np.uint64(0x9E3779B97F4A7C15)
+P2 = np.uint64(0xBF58476D1CE4E5B9)
+ONE_U = np.uint64(1)
+
+
+@njit(cache=True, inline="always")
+def mix64(x):
+    x = (x ^ (x >> U31)) * P1
+    return (x ^ (x >> U29)) * P2
+
+
+@njit(cache=True)
+def context_rows(last, word, n_orders, use_words, masks, salts, shift, base, rows, tagv):
+    """(B, K) rows and tags of every lane's count contexts: orders 1, 2 direct, the rest hashed."""
+    for b in range(last.shape[0]):
+        t = 0
+        for i in range(n_orders):
+            h = mix64((last[b] & masks[i]) + salts[i])
+            rows[b, t] = np.int64(h >> shift[t]) + base[t]
+            tagv[b, t] = np.int64((h >> U16) & MASK16)
+            t += 1
+        if n_orders:
+            rows[b, 0] = np.int64(last[b] & MASK8) + base[0]
+            rows[b, 1] = np.int64(last[b] & MASK16) + base[1]
+            tagv[b, 0] = 0
+            tagv[b, 1] = 0
+        if use_words:
+            w0, w1, w2 = word[b, 0], word[b, 1], word[b, 2]
+            cur = mix64(w0)
+            keys = (cur + w1 * P1, w0 + P1, cur + w2 * P1 + P2)
+            for key in keys:
+                h = mix64(key)
+                rows[b, t] = np.int64(h >> shift[t]) + base[t]
+                tagv[b, t] = np.int64((h >> U16) & MASK16)
+                t += 1
+
+
+@njit(cache=True)
+def mix_step(
+    logits, E, z, sets, rows, tagv, K, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
+    set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+):  # fmt: skip
+    """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
+    which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
+    the coded frequencies (`frequencies`)."""
+    B = logits.shape[0]
+    n_in = E.shape[1]
+    n_count_edges = count_edges.shape[0]
+    weights = np.empty(n_in, dtype=np.int64)
+    for b in range(B):
+        top_logit = logits[b, 0]
+        for j in range(256):
+            top_logit = max(top_logit, logits[b, j])
+        for j in range(256):
+            E[b, 0, j] = max(np.int64(np.rint(logits[b, j] - top_logit)), net_floor)
+        order_seen = 0
+        conf = 0
+        if K:
+            top_total = 0
+            top_nonzero = 0
+            for t in range(K):
+                row = rows[b, t]
+                known = np.int64(tags[row]) == tagv[b, t]
+                total = 0
+                nonzero = 0
+                for j in range(256):
+                    c = np.int64(counts[row, j]) if known else 0
+                    E[b, 1 + t, j] = logt[c]
+                    total += c
+                    if c:
+                        nonzero += 1
+                if total > 0:  # the highest context seen so far (tables come in rising order)
+                    order_seen = t + 1
+                    top_total = total
+                    top_nonzero = nonzero
+            single = 1 if top_nonzero == 1 else 0
+            above = 0
+            while above < n_count_edges and count_edges[above] <= top_total:
+                above += 1
+            conf = above * 2 + single
+            for j in range(256):
+                E[b, 1 + K, j] = 0
+            if order_seen > 0:
+                E[b, 1 + K, recent[rows[b, order_seen - 1]]] = one
+        bucket = 0
+        if use_match:
+            for j in range(256):
+                E[b, n_in - 1, j] = 0
+            if mlen[b] > 0:
+                E[b, n_in - 1, hist[ptr[b]]] = one
+            while bucket < match_edges.shape[0] and match_edges[bucket] <= mlen[b]:
+                bucket += 1
+        sets[b, 0] = bucket * (K + 1) + order_seen + set_base[0]
+        sets[b, 1] = order_seen * (2 * n_count_edges + 2) + conf + set_base[1]
+        sets[b, 2] = np.int64(last[b] & MASK8) + set_base[2]
+        keys = (last[b] & MASK16, word[b, 0], last[b] & MASK24)  # HASHED_SETS: pair, word, triple
+        for s in range(3):
+            sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
+        for i in range(n_in):
+            w = 0
+            for s in range(sets.shape[1]):
+                w += W[sets[b, s], i]
+            weights[i] = w
+        for j in range(256):
+            acc = 0
+            for i in range(n_in):
+                acc += weights[i] * E[b, i, j]
+            z[b, j] = min(max(acc >> 16, -z_bound), z_bound)
+    frequencies(z, exp, freqs)
+
+
+@njit(cache=True)
+def mixer_learn(E, sets, freqs, y, k, W, updates, lr, lr_start, settle, w_bound):
+    """The mixer's step after byte y: every chosen row -= rate * (sum_j p_j e_ij - e_iy), each row at
+    its own rate from the steps it had taken before this one."""
+    n_in = E.shape[1]
+    S = sets.shape[1]
+    rate = np.empty((k, S), dtype=np.int64)
+    for b in range(k):
+        for s in range(S):
+            rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
+    g = np.empty(n_in, dtype=np.int64)
+    for b in range(k):
+        for i in range(n_in):
+            acc = 0
+            for j in range(256):
+                acc += freqs[b, j] * E[b, i, j]
+            g[i] = (acc >> 24) - E[b, i, y[b]]
+        for s in range(S):
+            row = sets[b, s]
+            for i in range(n_in):
+                W[row, i] -= (g[i] * rate[b, s] + (1 << 15)) >> 16
+    for b in range(k):
+        for s in range(S):
+            updates[sets[b, s]] += 1
+    for b in range(k):
+        for s in range(S):
+            row = sets[b, s]
+            for i in range(n_in):
+                W[row, i] = min(max(W[row, i], -w_bound), w_bound)
+
+
+@njit(cache=True)
+def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit):
+    """The count tables take byte y: a row whose tag differs starts afresh (the lowest lane's tag
+    wins), the lowest lane's byte is the row's recent one, counts add and a row past the limit is
+    halved (rounding up) once."""
+    K = rows.shape[1]
+    for b in range(k):
+        for t in range(K):
+            row = rows[b, t]
+            claimed = False
+            for a in range(b):
+                if rows[a, t] == row:
+                    claimed = True
+                    break
+            if not claimed and np.int64(tags[row]) != tagv[b, t]:
+                counts[row, :] = 0
+                tags[row] = np.uint16(tagv[b, t])
+    for b in range(k - 1, -1, -1):  # the lowest lane writes last
+        for t in range(K):
+            row = rows[b, t]
+            if np.int64(tags[row]) == tagv[b, t]:
+                recent[row] = np.uint8(y[b])
+    full = np.empty(k * K, dtype=np.int64)
+    n_full = 0
+    for b in range(k):
+        for t in range(K):
+            row = rows[b, t]
+            if np.int64(tags[row]) != tagv[b, t]:
+                continue
+            new = np.int64(counts[row, y[b]]) + 1
+            counts[row, y[b]] = np.uint8(min(new, 255))
+            if new > count_limit:
+                seen = False
+                for f in range(n_full):
+                    if full[f] == row:
+                        seen = True
+                        break
+                if not seen:
+                    full[n_full] = row
+                    n_full += 1
+    for f in range(n_full):
+        row = full[f]
+        for j in range(256):
+            c = np.int64(counts[row, j])
+            counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
+
+
+@njit(cache=True)
+def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
+            match_check, match_max):  # fmt: skip
+    """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
+    hashes move on, and lanes without a match look one up; every lane then files its position."""
+    n = np.int64(1) << hb
+    if use_match:
+        for b in range(k):  # every check reads the history before any lane writes to it
+            if mlen[b] > 0 and np.int64(hist[ptr[b]]) == y[b]:
+                ptr[b] = ((ptr[b] >> hb) << hb) | ((ptr[b] + 1) & (n - 1))
+                mlen[b] = min(mlen[b] + 1, match_max)
+            else:
+                mlen[b] = 0
+        for b in range(k):
+            hist[(b << hb) | (pos[b] & (n - 1))] = np.uint8(y[b])
+    for b in range(k):
+        uy = np.uint64(y[b])
+        pos[b] += 1
+        last[b] = (last[b] << U8) | uy
+        if use_words:
+            yy = y[b]
+            letter = (97 <= (yy | 32) <= 122) or yy >= 128  # a ... z, A ... Z, or a byte >= 128
+            low = np.uint64(yy | 32) if 65 <= yy <= 90 else uy
+            cur = word[b, 0]
+            if not letter and cur != 0:
+                word[b, 2] = word[b, 1]
+                word[b, 1] = cur
+            word[b, 0] = (cur ^ low) * P1 + ONE_U if letter else np.uint64(0)
+    if not use_match:
+        return
+    slots = np.empty(k, dtype=np.int64)
+    cands = np.empty(k, dtype=np.int64)
+    key_mask = np.uint64((1 << (8 * match_min)) - 1)
+    shift = U64 - np.uint64(table_bits)
+    for b in range(k):  # every lookup reads the table before any lane files
+        slots[b] = np.int64(mix64(last[b] & key_mask) >> shift)
+        cands[b] = match_table[slots[b]] - 1
+    for b in range(k):
+        cand = cands[b]
+        if mlen[b] != 0 or pos[b] < match_min or cand < 0:
+            continue
+        c_lane, c_off = cand >> hb, cand & (n - 1)
+        length = 0
+        for back in range(1, match_check + 1):
+            theirs = hist[(c_lane << hb) | ((c_off - back) & (n - 1))]
+            ours = hist[(np.int64(b) << hb) | ((pos[b] - back) & (n - 1))]
+            if theirs != ours:
+                break
+            length += 1
+        if length >= match_min:
+            mlen[b] = length
+            ptr[b] = cand
+    for b in range(k - 1, -1, -1):  # the lowest lane files last
+        match_table[slots[b]] = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
+
+
+@njit(cache=True)
+def frequencies(z, exp, out):
+    """`exact.frequencies` of integer logits z (B, 256; units 2^-12), in integers: the same
+    table index round(2^-2 (max - z)) (half up), the same exponentials, shares and remainder."""
+    cap = exp.shape[0] - 1  # the table's last entry (0) stands for everything beyond its range
+    total_f = np.int64(1) << 24
+    e = np.empty(256, dtype=np.int64)
+    for b in range(z.shape[0]):
+        top = z[b, 0]
+        for j in range(256):
+            top = max(top, z[b, j])
+        total = 0
+        best, best_e = 0, np.int64(-1)
+        for j in range(256):
+            e[j] = exp[min((top - z[b, j] + 2) >> 2, cap)]
+            total += e[j]
+            if e[j] > best_e:  # the first most probable byte
+                best, best_e = j, e[j]
+        given = 0
+        for j in range(256):
+            out[b, j] = e[j] * (total_f - 256) // total + 1
+            given += out[b, j]
+        out[b, best] += total_f - given
