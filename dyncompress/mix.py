@@ -6,8 +6,10 @@ kept in integer tables that encoder and decoder update alike after every byte:
     orders 1 ... 6, 8  the last k bytes of the lane (orders 1 and 2 indexed directly, the others
                      hashed into tables of 2^table_bits rows, each row tagged with 16 more bits
                      of the hash so that a collision reads as an unseen context)
-    word             three contexts of words (letters, or bytes >= 128): the current word with the
-                     word before it, the current word alone, the current word with the word two back
+    word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
+                     character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
+                     the current word with the word before it, the current word alone, the current
+                     word with the word two back
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
                      points into the history; the length is verified and then extended byte by
                      byte), predicting the byte that followed it

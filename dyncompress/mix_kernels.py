@@ -24,6 +24,7 @@ MASK48 = np.uint64((1 << 48) - 1)
 P1 = np.uint64(0x9E3779B97F4A7C15)
 P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
+WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
 
 
 @njit(cache=True, inline="always")
@@ -234,9 +235,11 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
             letter = (97 <= (yy | 32) <= 122) or yy >= 128  # a ... z, A ... Z, or a byte >= 128
             low = np.uint64(yy | 32) if 65 <= yy <= 90 else uy
             cur = word[b, 0]
-            if not letter and cur != 0:
+            if cur != 0 and (not letter or yy >= WIDE_LEAD):  # a word ends; a wide character starts one
                 word[b, 2] = word[b, 1]
                 word[b, 1] = cur
+                if letter:
+                    cur = np.uint64(0)
             word[b, 0] = (cur ^ low) * P1 + ONE_U if letter else np.uint64(0)
     if not use_match:
         return

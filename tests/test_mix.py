@@ -47,6 +47,27 @@ def test_the_compiled_frequencies_are_the_exact_ones():
     assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
+def feed(experts: Experts, text: bytes) -> Experts:
+    """One lane takes `text` through the mixer's public steps (network logits all zero)."""
+    for byte in text:
+        freqs, used = experts.mix(np.zeros((1, 256)))
+        experts.learn(used, freqs, np.array([byte]), 1)
+    return experts
+
+
+def test_a_wide_character_is_a_word_of_its_own():
+    """Chinese has no spaces: every character of 3 UTF-8 bytes starts a word, so the word contexts
+    are the character with the one or two before it. Two-byte letters (German, Russian) do not."""
+
+    def words(text: str) -> list[int]:
+        return [int(w) for w in feed(Experts(MixSettings(experts="word", table_bits=10), 1), text.encode()).word[0]]
+
+    assert words("中文") == [words("文")[0], words("中")[0], 0]
+    assert words("说中文") == [words("文")[0], words("中")[0], words("说")[0]]
+    assert words("für") == [words("für")[0], 0, 0] and words("für")[0] != words("r")[0]
+    assert words("да нет") == [words("нет")[0], words("да")[0], 0]
+
+
 @pytest.mark.parametrize("experts", SUBSETS)
 def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(experts):
     noise = bytes(np.random.default_rng(5).integers(0, 256, 700, dtype=np.uint8))
