@@ -419,7 +419,13 @@ MODEL_HELP = (
     "TLM weighting: scale each segment's update by lambda * PPL / P0 when it cost more than log2 P0 = BITS "
     "bits per byte, and skip its backward pass when not (faster); 0 = off [0].",
 )
-@knob("--tlm-lambda", click.FloatRange(0, 64, min_open=True), "TLM's lambda, with --tlm-bits [1].")
+@knob(
+    "--tlm-relative",
+    click.FloatRange(0, 4),
+    "TLM against the stream's own cost: the threshold is R times the running mean cost per byte of the "
+    "segments before (R = 1 skips about half of them); instead of --tlm-bits; 0 = off.",
+)
+@knob("--tlm-lambda", click.FloatRange(0, 64, min_open=True), "TLM's lambda, with a TLM threshold [1].")
 @knob("--seed", click.IntRange(0, 2**63 - 1), f"Seed of the starting weights [{D.seed}].")
 @knob("--experts", ExpertsParam(), EXPERTS_HELP)
 @knob(

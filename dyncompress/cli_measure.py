@@ -250,7 +250,7 @@ def eval_(
                 f"{_fmt(a.decay if a.rule == 'rms-decay' else None):>8} "
                 f"{f'{settings.lanes}×{settings.segment_len}':>8} {m.bpb:>10.4f} {versus:>9} "
                 f"{m.payload_bytes:>12,} {m.seconds:>8.1f} {m.kbps:>6.1f} "
-                f"{f'{100 * m.skip_fraction:.0f}%' if a.tlm_bits else '':>7} {m.flops / 1e6:>7.2f}"
+                f"{f'{100 * m.skip_fraction:.0f}%' if a.tlm else '':>7} {m.flops / 1e6:>7.2f}"
             )
         if confirm is not None:
             m = results[rows.index(confirm)]
@@ -301,7 +301,13 @@ def _values(text: str | None, kind, name: str) -> list | None:
 @click.option("--decay", "decays", metavar="LIST", help="rms-decay lambdas to try [0 and the default × 1/10, 1, 10].")
 @click.option("--segment-len", "segments", metavar="LIST", help="Segment lengths to try [8,16,32].")
 @click.option("--tlm-bits", "tlm_bits", metavar="LIST", help="TLM thresholds (bits per byte) to try [none: TLM off].")
-@click.option("--tlm-lambda", "tlm_lambdas", metavar="LIST", help="TLM lambdas to try, with --tlm-bits [1].")
+@click.option(
+    "--tlm-relative",
+    "tlm_relatives",
+    metavar="LIST",
+    help="Relative TLM thresholds (times the running cost per byte) to try [none: TLM off].",
+)
+@click.option("--tlm-lambda", "tlm_lambdas", metavar="LIST", help="TLM lambdas to try, with a TLM threshold [1].")
 @knob("--sparse", click.IntRange(0, 1024), "Tune sparse dynamic evaluation with a K x K matrix [0: the whole network].")
 @knob("--lora", click.IntRange(0, 64), "Tune LoRA factors of rank R [0: the whole network].")
 @click.option(
@@ -334,6 +340,7 @@ def tune(
     decays,
     segments,
     tlm_bits,
+    tlm_relatives,
     tlm_lambdas,
     sparse,
     lora,
@@ -382,18 +389,23 @@ def tune(
         grid["decay"] = _values(decays, float, "--decay") or [0.0, decay0 / 10, decay0, decay0 * 10]
     elif decays is not None:
         raise click.UsageError(f"--decay applies to rms-decay only, not {rule}")
+    if tlm_bits is not None and tlm_relatives is not None:
+        raise click.UsageError("TLM's threshold is absolute (--tlm-bits) or relative (--tlm-relative): choose one")
     if tlm_bits is not None:
         grid["tlm_bits"] = _values(tlm_bits, float, "--tlm-bits")
+    if tlm_relatives is not None:
+        grid["tlm_relative"] = _values(tlm_relatives, float, "--tlm-relative")
+    if tlm_bits is not None or tlm_relatives is not None:
         grid["tlm_lambda"] = _values(tlm_lambdas, float, "--tlm-lambda") or [1.0]
     elif tlm_lambdas is not None:
-        raise click.UsageError("--tlm-lambda needs --tlm-bits")
+        raise click.UsageError("--tlm-lambda needs --tlm-bits or --tlm-relative")
     sizes = [len(v) for v in grid.values()]
     points = sum(sizes) if search == "successive" else math.prod(sizes)
     origin = f"model {pretrained.name}" if pretrained else "online"
     click.echo(f"tuning {rule} ({origin}) on {source}: {len(data):,} bytes, {search} search, up to {points} points")
 
     def report(point: dict, m) -> None:
-        skipped = f"  {100 * m.skip_fraction:3.0f}% skipped" if m.settings.adapt.tlm_bits else ""
+        skipped = f"  {100 * m.skip_fraction:3.0f}% skipped" if m.settings.adapt.tlm else ""
         click.echo(f"  {m.label:<40} {m.bpb:.4f} bits/byte  {m.seconds:6.1f} s{skipped}")
 
     started = time.monotonic()

@@ -55,6 +55,7 @@ ADAPT_ADDED = {
     "tlm_bits": 0.0,
     "tlm_lambda": 1.0,
     "tlm_lanes": False,
+    "tlm_relative": 0.0,
 }
 MAX_META = 1 << 20
 # Format 3's preset dictionary for the meta's deflate: a typical record. It is part of the format:

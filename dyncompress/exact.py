@@ -209,12 +209,36 @@ def code_lengths(freqs: np.ndarray) -> np.ndarray:
     return ((FREQ_BITS - e) << LOG_FRAC) - log2_table()[top]
 
 
-def tlm_weights(bits: np.ndarray, counts: np.ndarray, threshold: float, lam: float) -> np.ndarray:
+def tlm_units(threshold: float) -> int:
+    """A threshold in bits per byte (a float from the header) in units of 2^-16 bits, exactly floored."""
+    return int(Fraction(threshold) * (1 << LOG_FRAC))
+
+
+def tlm_relative_threshold(mean: int, relative: float) -> int:
+    """`relative` (a float from the header, taken to 2^-8) times a running mean cost (units 2^-16
+    bits per byte), floored: the threshold of TLM's relative form, in integers."""
+    return int(Fraction(relative) * 256) * mean >> 8
+
+
+TLM_MEAN_SHIFT = 4  # the running mean cost moves 1/16 of the way to each segment's
+
+
+def tlm_mean_update(mean: int, bits: int, count: int) -> int:
+    """The running mean cost per byte (units 2^-16 bits; -1: none yet) after a segment of `count`
+    bytes that cost `bits` (units 2^-16): an integer moving average, the first segment its own."""
+    if count == 0:
+        return mean
+    cost = bits // count
+    return cost if mean < 0 else mean + ((cost - mean) >> TLM_MEAN_SHIFT)
+
+
+def tlm_weights(bits: np.ndarray, counts: np.ndarray, threshold: float | int, lam: float) -> np.ndarray:
     """Per lane, TLM's S = lam * 2^(mean bits - threshold) if the lane's segment cost more than
     `threshold` bits per byte, else 0 (its PPL against P0 = 2^threshold); returned as S / TLM_CAP
     capped at 1, a multiple of 2^-8 (float64). bits: (B,) summed code lengths (units 2^-16,
-    `code_lengths`), counts: (B,) bytes. Integer and exact-fraction arithmetic only."""
-    b0 = int(Fraction(threshold) * (1 << LOG_FRAC))
+    `code_lengths`), counts: (B,) bytes; the threshold in bits per byte (a float), or already in
+    units of 2^-16 (an int). Integer and exact-fraction arithmetic only."""
+    b0 = threshold if isinstance(threshold, int) else tlm_units(threshold)
     lam, table, out = Fraction(lam), exp2_table(), np.zeros(len(bits))
     for lane, (total, n) in enumerate(zip(bits.tolist(), counts.tolist(), strict=True)):
         if n == 0 or total <= n * b0:

@@ -38,12 +38,14 @@ ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plu
 # (thresholds in bits per byte: log2 P0), or both.
 SPARSE_K = 256
 TLM_BITS = 2.2
+TLM_RELATIVE = 1.0  # times the running cost per byte: about half the segments skipped
 VARIANTS: dict[str, dict] = {
     "sparse": dict(rule="rms-decay", sparse=SPARSE_K),
     "lora-4": dict(rule="rms-decay", lora=4),
     "lora-32": dict(rule="rms-decay", lora=32),
     "tlm": dict(rule="rms-decay", tlm_bits=TLM_BITS),
     "tlm-lanes": dict(rule="rms-decay", tlm_bits=TLM_BITS, tlm_lanes=True),
+    "tlm-relative": dict(rule="rms-decay", tlm_relative=TLM_RELATIVE),
     "sparse-tlm": dict(rule="rms-decay", sparse=SPARSE_K, tlm_bits=TLM_BITS),
     "lora-tlm": dict(rule="rms-decay", lora=32, tlm_bits=TLM_BITS),
 }
@@ -229,7 +231,8 @@ def confirm(data: bytes, m: Measurement, model: Model | None) -> dict:
 
 # --- tuning -------------------------------------------------------------------------
 
-TUNABLE = ("lr", "decay", "segment_len", "tlm_bits", "tlm_lambda")  # in the order a successive search settles them
+# in the order a successive search settles them
+TUNABLE = ("lr", "decay", "segment_len", "tlm_bits", "tlm_relative", "tlm_lambda")
 
 
 def tune(
@@ -260,7 +263,7 @@ def tune(
     base = settings_at({})
     a = base.adapt
     defaults = {"lr": a.lr, "decay": a.decay, "segment_len": base.segment_len, "tlm_bits": a.tlm_bits}
-    defaults["tlm_lambda"] = a.tlm_lambda
+    defaults.update(tlm_relative=a.tlm_relative, tlm_lambda=a.tlm_lambda)
     results: list[tuple[dict, Measurement]] = []
     seen: dict[tuple, Measurement] = {}
 

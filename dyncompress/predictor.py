@@ -26,6 +26,9 @@ from .exact import (
     code_lengths,
     frequencies,
     init_master,
+    tlm_mean_update,
+    tlm_relative_threshold,
+    tlm_units,
     tlm_weights,
     to_master,
 )
@@ -105,6 +108,7 @@ class MLSTMPredictor:
             self.adapter = ExactAdapter(rule, self.theta, model.ms if model else None, self.theta_start)
         self.t = 0  # steps recorded since the last adapt
         self.segments = self.skipped = 0  # segments adapted on, and those TLM skipped (statistics only)
+        self.cost = -1  # relative TLM: the running mean cost per byte, units 2^-16 bits (-1: none yet)
 
     def forward(self, inputs: np.ndarray) -> np.ndarray:
         """The network's logits (B, 256; units 2^-12) for this step. `learn_from` must follow."""
@@ -142,12 +146,18 @@ class MLSTMPredictor:
         net, rule = self.net, self.settings.adapt
         self.segments += 1
         mask, gain = in_play.astype(np.float64), 1
-        if rule.tlm_bits:
+        if rule.tlm:
             bits = np.where(in_play, code_lengths(coded), 0).sum(axis=0)
+            total, count = int(bits.sum()), int(in_play.sum())
+            if rule.tlm_relative:  # against the cost of the segments before (the first: its own)
+                before, self.cost = self.cost, tlm_mean_update(self.cost, total, count)
+                threshold = tlm_relative_threshold(self.cost if before < 0 else before, rule.tlm_relative)
+            else:
+                threshold = tlm_units(rule.tlm_bits)
             if rule.tlm_lanes:  # the paper's: each lane's own S
-                weights = tlm_weights(bits, in_play.sum(axis=0), rule.tlm_bits, rule.tlm_lambda)
+                weights = tlm_weights(bits, in_play.sum(axis=0), threshold, rule.tlm_lambda)
             else:  # one S for the segment, from all its lanes' bytes
-                one = tlm_weights(np.array([bits.sum()]), np.array([in_play.sum()]), rule.tlm_bits, rule.tlm_lambda)
+                one = tlm_weights(np.array([total]), np.array([count]), threshold, rule.tlm_lambda)
                 weights = np.repeat(one, len(bits))
             if not weights.any():
                 self.skipped += 1
@@ -165,7 +175,7 @@ class MLSTMPredictor:
     def state_dict(self) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
         h, c = self.net.state
-        state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone()}
+        state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone(), "tlm_cost": torch.tensor(self.cost)}
         if len(self.net.side_master):
             state["side"] = self.net.side_master.clone()
         if self.adapter is not None:
@@ -180,7 +190,7 @@ class MLSTMPredictor:
         self.net.set_state(state["h"], state["c"])
         if self.adapter is not None:
             self.adapter.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("adapt.")})
-        self.t = 0
+        self.t, self.cost = 0, int(state["tlm_cost"])
 
     def reset(self) -> None:
         self.theta.copy_(self.theta_start)
@@ -189,7 +199,7 @@ class MLSTMPredictor:
         self.net.reset_state()
         if self.adapter is not None:
             self.adapter.reset()
-        self.t = 0
+        self.t, self.cost = 0, -1
 
     def record(self) -> dict:
         return predictor_record(self.model)

@@ -64,6 +64,10 @@ class AdaptSettings:
     tlm_bits: float = 0.0
     tlm_lambda: float = 1.0
     tlm_lanes: bool = False
+    # TLM against the stream's own cost (> 0, instead of tlm_bits): a segment's threshold is
+    # tlm_relative times the running mean cost per byte of the segments before it (an integer moving
+    # average, 1/16 per segment), so the share skipped no longer depends on how hard the text is.
+    tlm_relative: float = 0.0
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -74,6 +78,10 @@ class AdaptSettings:
             raise ValueError("the sparse matrix's size must be >= 0 (0: adapt the whole network)")
         if not 0 <= self.tlm_bits <= 8:
             raise ValueError("the TLM threshold must be 0 ... 8 bits per byte (0: off)")
+        if not 0 <= self.tlm_relative <= 4:
+            raise ValueError("the relative TLM threshold must be 0 ... 4 times the running cost (0: off)")
+        if self.tlm_bits and self.tlm_relative:
+            raise ValueError("TLM's threshold is absolute (tlm_bits) or relative (tlm_relative): choose one")
         if not 0 < self.tlm_lambda <= 64:
             raise ValueError("the TLM weight lambda must be in (0, 64]")
         if not 0 <= self.lora <= MAX_LORA_RANK:
@@ -82,12 +90,17 @@ class AdaptSettings:
             raise ValueError(f"LoRA adapts some of {', '.join(LORA_MATRICES)}, not {self.lora_on!r}")
         if self.sparse and self.lora:
             raise ValueError("sparse and LoRA adaptation are alternatives: choose one")
-        if self.rule == "static" and (self.frozen or self.tlm_bits):
+        if self.rule == "static" and (self.frozen or self.tlm):
             raise ValueError("sparse, LoRA and TLM updates need an adaptive rule, not static")
 
     @property
     def lora_names(self) -> tuple[str, ...]:
         return tuple(n.strip() for n in self.lora_on.split(",") if n.strip())
+
+    @property
+    def tlm(self) -> bool:
+        """TLM weights (and skips) the segments' updates, by an absolute or a relative threshold."""
+        return bool(self.tlm_bits or self.tlm_relative)
 
     @property
     def frozen(self) -> bool:

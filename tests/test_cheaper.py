@@ -136,6 +136,7 @@ VARIANTS = {
     "sparse": dict(sparse=K),
     "tlm": dict(tlm_bits=4.5),
     "tlm-lanes": dict(tlm_bits=4.5, tlm_lanes=True, tlm_lambda=2.0),
+    "tlm-relative": dict(tlm_relative=1.0),
     "sparse-tlm": dict(sparse=8, tlm_bits=4.5),
     "lora": dict(lora=4),
     "lora-tlm": dict(lora=2, lora_on="w_m,w_out", tlm_bits=4.5),
@@ -157,18 +158,21 @@ def test_each_variant_round_trips_across_blocks(tiny, name, level):
     pieces = [data[:500], data[500:501], data[501:]]  # blocks of unequal size; state carries over
     payloads = [encode_block(enc, p) for p in pieces]
     assert [decode_block(dec, c, len(p)) for c, p in zip(payloads, pieces, strict=True)] == pieces
-    if "tlm_bits" in variant:
+    if "tlm_bits" in variant or "tlm_relative" in variant:
         assert 0 < enc.predictor.skipped < enc.predictor.segments  # some segments skipped, not all
     for (key, a), (key2, b) in zip(enc.predictor.state_dict().items(), dec.predictor.state_dict().items(), strict=True):
         assert key == key2 and torch.equal(a, b), key
 
 
-def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny):
+@pytest.mark.parametrize("threshold", [dict(tlm_bits=4.5), dict(tlm_relative=1.0)])
+def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny, threshold):
     """A segment cheaper than the threshold skips the backward pass: weights, sparse matrix and
-    the rule's statistics stay as they were; a dearer one takes a step."""
+    the rule's statistics stay as they were; a dearer one takes a step. The relative threshold is
+    the running mean cost of the segments before (1/16 per segment; the first segment's own)."""
     _, model = tiny
-    settings = make_settings(model=model, lanes=2, segment_len=8, threads=1, experts="", tlm_bits=4.5)
+    settings = make_settings(model=model, lanes=2, segment_len=8, threads=1, experts="", **threshold)
     pred = Codec(settings, model).predictor
+    running = None
     text = corpus("alice29.txt")[40000:42000]
     tokens = np.frombuffer(text, dtype=np.uint8).astype(np.int32).reshape(2, -1).T  # two lanes
     prev, active = np.zeros(2, dtype=np.int32), np.full(8, 2)
@@ -181,17 +185,19 @@ def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny):
         seg = tokens[start : start + 8]
         freqs = pred.net.F[:8].numpy()[np.arange(8)[:, None], np.arange(2)[None, :], seg]
         mean_bits = -np.log2(freqs / FREQ_TOTAL).mean()
+        limit = threshold.get("tlm_bits") or (running if running is not None else mean_bits)
+        running = mean_bits if running is None else running + (mean_bits - running) / 16
         was = pred.skipped
         pred.adapt(seg, active)
         after = pred.state_dict()
         if pred.skipped > was:
             skipped += 1
-            assert mean_bits < 4.5 + 1e-3
+            assert mean_bits < limit + 1e-3
             for k in ("theta", *(k for k in before if k.startswith("adapt."))):
                 assert torch.equal(after[k], before[k]), k
         else:
             stepped += 1
-            assert mean_bits > 4.5 - 1e-3
+            assert mean_bits > limit - 1e-3
             assert not torch.equal(after["theta"], before["theta"])
     assert skipped > 5 and stepped > 5, (skipped, stepped)
 
@@ -229,6 +235,13 @@ def test_the_api_and_the_header_record_the_variant(tiny):
         compress(data, model=None, sparse=K)
     with pytest.raises(DyncompressError, match="adaptive rule"):
         compress(data, model=model, rule="static", tlm_bits=2.0)
+    with pytest.raises(DyncompressError, match="adaptive rule"):
+        compress(data, model=model, rule="static", tlm_relative=1.0)
+    with pytest.raises(DyncompressError, match="choose one"):
+        compress(data, model=model, tlm_bits=2.0, tlm_relative=1.0)
+    blob = compress(data, model=model, tlm_relative=1.25, lanes=2)
+    assert parse_header(blob)[0]["settings"]["adapt"]["tlm_relative"] == 1.25
+    assert decompress(blob, model=model) == data
     with pytest.raises(DyncompressError, match="hidden size"):
         compress(data, model=model, sparse=model.shape.hidden + 1)
 
