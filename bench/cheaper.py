@@ -79,9 +79,10 @@ def main() -> None:
 
 def tuned(best: float, wanted: list, name: str, experts: str, model, report: bytes, lo: int, hi: int) -> None:
     """Every row on the report slice, TLM at threshold `best`."""
-    rows = {"static": dict(rule="static"), "rms-decay": dict()}
+    rows = {"static": dict(rule="static"), "rms-decay": dict(tlm_relative=0.0)}  # every segment, not the level's
     for label, variant in ((k, v) for k, v in VARIANTS.items() if k in wanted):  # eval's rows, at `best`
         rows[f"{label} {best}" if "tlm_bits" in variant else label] = {
+            "tlm_relative": 0.0,
             **variant,
             **({"tlm_bits": best} if "tlm_bits" in variant else {}),
         }

@@ -447,9 +447,18 @@ def encode(
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
     By default the shipped pretrained model starts the coding and adapts to
-    each file. A level (-1 ... -9) picks the rule and lanes (-1, -2: the model
-    without adaptation, fastest); any setting given explicitly overrides the
-    level's.
+    each file. A level (-1 ... -9) picks the lanes and how often the network
+    adapts; any setting given explicitly overrides the level's:
+
+    \b
+    -1, -2   the model as trained, no adaptation (32, 16 lanes): fastest
+    -3 ... -7  8 lanes; a segment adapts when it cost more than 1.25, 1.2,
+             1.15, 1.1 (-6, the default), 1.0 times the running cost
+    -8       4 lanes, segments over 1.0 times the running cost
+    -9       4 lanes, every segment: smallest, slowest
+
+    A small input gets fewer lanes (one per 32 kB). With --online the level
+    picks the network's size instead.
     """
     with loading():
         from .api import Compressor, resolve_model

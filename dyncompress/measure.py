@@ -194,6 +194,8 @@ def row_settings(
         overrides = {**variant, **overrides}
     else:
         overrides["rule"] = row
+    if not {"tlm_bits", "tlm_relative"} & set(overrides):  # a rule's row adapts on every segment (the paper's table)
+        overrides["tlm_relative"] = 0.0
     return make_settings(level=level, size_hint=data_len, model=model, **overrides), model
 
 

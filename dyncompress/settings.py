@@ -262,18 +262,21 @@ LEVELS: dict[int, dict] = {
 DEFAULT_LEVEL = 6
 
 # Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
-# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, less batching) as the level
-# rises. Ordered by speed and ratio as measured on 150 kB of enwik8 (BENCHMARKS.md).
+# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, and the shared statistics
+# see each lane's text less interleaved) and fewer segments skipped by TLM's relative threshold as
+# the level rises. The measured front on enwik8 [3.0M, 3.5M) and alice29 (BENCHMARKS.md, issue 12,
+# third landing): fewer lanes with skipping beat more lanes without (8 lanes at 1.1 codes as small
+# as 16 lanes adapting on every segment, 1.4 times as fast).
 MODEL_LEVELS: dict[int, dict] = {
     1: dict(rule="static", lanes=32, segment_len=16),
     2: dict(rule="static", lanes=16, segment_len=16),
-    3: dict(lanes=32, segment_len=16),
-    4: dict(lanes=24, segment_len=16),
-    5: dict(lanes=32, segment_len=8),
-    6: dict(),  # the model's own defaults (enwiki-h256: 16 lanes x 16)
-    7: dict(lanes=8, segment_len=16),
-    8: dict(lanes=4, segment_len=16),
-    9: dict(lanes=2, segment_len=16),
+    3: dict(lanes=8, tlm_relative=1.25),
+    4: dict(lanes=8, tlm_relative=1.2),
+    5: dict(lanes=8, tlm_relative=1.15),
+    6: dict(lanes=8, tlm_relative=1.1),
+    7: dict(lanes=8, tlm_relative=1.0),
+    8: dict(lanes=4, tlm_relative=1.0),
+    9: dict(lanes=4),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
 # A rule's settings when the model records none for it (`tune -o` records them under
@@ -380,6 +383,8 @@ def model_settings(
         **MODEL_LEVELS[level],
         "rule": rule,
     }
+    if rule == "static":  # nothing to skip
+        knobs.pop("tlm_relative", None)
     tuned = per_rule.get(rule, {})  # what `tune -o` measured (with the experts it ran with): as it is
     if MixSettings(**({} if experts is None else {"experts": experts})).expert_names:
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
@@ -421,6 +426,8 @@ def make_settings(
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
+    if overrides.get("tlm_bits") and "tlm_relative" not in overrides:  # an absolute threshold replaces the level's
+        overrides["tlm_relative"] = 0.0
     frame_size = overrides.get("frame_size", base.frame_size)
     if settings is None and frame_size and "block_size" not in overrides:
         overrides["block_size"] = min(base.block_size, frame_size)
