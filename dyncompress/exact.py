@@ -232,18 +232,17 @@ def tlm_mean_update(mean: int, bits: int, count: int) -> int:
     return cost if mean < 0 else mean + ((cost - mean) >> TLM_MEAN_SHIFT)
 
 
-def tlm_weights(bits: np.ndarray, counts: np.ndarray, threshold: float | int, lam: float) -> np.ndarray:
+def tlm_weights(bits: np.ndarray, counts: np.ndarray, threshold: int, lam: float) -> np.ndarray:
     """Per lane, TLM's S = lam * 2^(mean bits - threshold) if the lane's segment cost more than
     `threshold` bits per byte, else 0 (its PPL against P0 = 2^threshold); returned as S / TLM_CAP
     capped at 1, a multiple of 2^-8 (float64). bits: (B,) summed code lengths (units 2^-16,
-    `code_lengths`), counts: (B,) bytes; the threshold in bits per byte (a float), or already in
-    units of 2^-16 (an int). Integer and exact-fraction arithmetic only."""
-    b0 = threshold if isinstance(threshold, int) else tlm_units(threshold)
+    `code_lengths`), counts: (B,) bytes, the threshold in units of 2^-16 bits per byte (`tlm_units`,
+    `tlm_relative_threshold`). Integer and exact-fraction arithmetic only."""
     lam, table, out = Fraction(lam), exp2_table(), np.zeros(len(bits))
     for lane, (total, n) in enumerate(zip(bits.tolist(), counts.tolist(), strict=True)):
-        if n == 0 or total <= n * b0:
+        if n == 0 or total <= n * threshold:
             continue
-        d = (total - n * b0) // n  # mean excess, units 2^-16 bits
+        d = (total - n * threshold) // n  # mean excess, units 2^-16 bits
         whole, frac = d >> LOG_FRAC, (d >> (LOG_FRAC - 8)) & 255
         if whole > 40:  # far past the cap
             out[lane] = 1.0

@@ -20,7 +20,6 @@ U8, U16, U29, U31, U64 = np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(3
 MASK16 = np.uint64(0xFFFF)
 MASK8 = np.uint64(0xFF)
 MASK24 = np.uint64(0xFFFFFF)
-MASK48 = np.uint64((1 << 48) - 1)
 P1 = np.uint64(0x9E3779B97F4A7C15)
 P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
@@ -39,15 +38,14 @@ def context_rows(last, word, n_orders, use_words, masks, salts, shift, base, row
     for b in range(last.shape[0]):
         t = 0
         for i in range(n_orders):
-            h = mix64((last[b] & masks[i]) + salts[i])
-            rows[b, t] = np.int64(h >> shift[t]) + base[t]
-            tagv[b, t] = np.int64((h >> U16) & MASK16)
+            if i < 2:  # the last byte or two themselves, no tag
+                rows[b, t] = np.int64(last[b] & masks[i]) + base[t]
+                tagv[b, t] = 0
+            else:
+                h = mix64((last[b] & masks[i]) + salts[i])
+                rows[b, t] = np.int64(h >> shift[t]) + base[t]
+                tagv[b, t] = np.int64((h >> U16) & MASK16)
             t += 1
-        if n_orders:
-            rows[b, 0] = np.int64(last[b] & MASK8) + base[0]
-            rows[b, 1] = np.int64(last[b] & MASK16) + base[1]
-            tagv[b, 0] = 0
-            tagv[b, 1] = 0
         if use_words:
             w0, w1, w2 = word[b, 0], word[b, 1], word[b, 2]
             cur = mix64(w0)

@@ -358,6 +358,19 @@ def level_settings(level: int, device: str) -> Settings:
     return _apply(Settings(device=device), dict(LEVELS[level]))
 
 
+TLM_THRESHOLDS = ("tlm_bits", "tlm_relative")  # one threshold in two forms (absolute, relative)
+
+
+def one_tlm_threshold(layer: dict) -> dict:
+    """`layer` of knobs such that a TLM threshold it sets replaces the other form of one set before
+    it (a model's recorded tlm_bits, a level's tlm_relative, an explicit option); both set at once
+    stay as they are (and are refused)."""
+    for mine, other in (TLM_THRESHOLDS, TLM_THRESHOLDS[::-1]):
+        if layer.get(mine) and other not in layer:
+            return {**layer, other: 0.0}
+    return layer
+
+
 def model_settings(
     model: Model,
     level: int,
@@ -375,16 +388,12 @@ def model_settings(
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
     rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
-    knobs = {
-        **MODEL_DEFAULTS,
-        **defaults,
-        **RULE_DEFAULTS.get(rule, {}),
-        **per_rule.get(rule, {}),
-        **MODEL_LEVELS[level],
-        "rule": rule,
-    }
+    knobs: dict = {}
+    for layer in (MODEL_DEFAULTS, defaults, RULE_DEFAULTS.get(rule, {}), per_rule.get(rule, {}), MODEL_LEVELS[level]):
+        knobs.update(one_tlm_threshold(layer))
+    knobs["rule"] = rule
     if rule == "static":  # nothing to skip
-        knobs.pop("tlm_relative", None)
+        knobs.update(tlm_bits=0.0, tlm_relative=0.0)
     tuned = per_rule.get(rule, {})  # what `tune -o` measured (with the experts it ran with): as it is
     if MixSettings(**({} if experts is None else {"experts": experts})).expert_names:
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
@@ -426,8 +435,7 @@ def make_settings(
         base = level_settings(level or DEFAULT_LEVEL, device)
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
-    if overrides.get("tlm_bits") and "tlm_relative" not in overrides:  # an absolute threshold replaces the level's
-        overrides["tlm_relative"] = 0.0
+    overrides = one_tlm_threshold(overrides)
     frame_size = overrides.get("frame_size", base.frame_size)
     if settings is None and frame_size and "block_size" not in overrides:
         overrides["block_size"] = min(base.block_size, frame_size)

@@ -8,7 +8,7 @@ from conftest import corpus
 from dyncompress import compress, decompress, exact
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.errors import DyncompressError
-from dyncompress.exact import FREQ_TOTAL, ExactMLSTM, code_lengths, frequencies, tlm_weights, to_master
+from dyncompress.exact import FREQ_TOTAL, ExactMLSTM, code_lengths, frequencies, tlm_units, tlm_weights, to_master
 from dyncompress.mlstm import MLSTMShape, init_params, unflatten
 from dyncompress.settings import make_settings
 
@@ -214,7 +214,7 @@ def test_the_tlm_weight_follows_its_formula_from_the_coded_bytes():
     counts = rng.integers(0, 300, 200)
     bits = (rng.uniform(0, 6, 200) * counts * 2**16).astype(np.int64)
     for lam in (0.5, 1.0, 3.0):
-        w = tlm_weights(bits, counts, 2.5, lam)
+        w = tlm_weights(bits, counts, tlm_units(2.5), lam)
         mean = np.where(counts > 0, bits / np.maximum(counts, 1) / 2**16, 0)
         s = np.where((counts > 0) & (mean > 2.5), lam * 2.0 ** (mean - 2.5), 0)
         assert np.all(w * 256 == np.round(w * 256)) and np.all((0 <= w) & (w <= 1))

@@ -224,7 +224,8 @@ def test_module_and_version():
     assert r.returncode == 0 and r.stdout.startswith(b"dyncompress")
 
 
-PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+# torch's generic kernels, MKL at SSE4.2, and the experts' compiled code for a generic x86-64 (numba)
+PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "NUMBA_CPU_NAME": "generic"}
 CROSS_CASES = {  # (the golden files are re-encoded under these kernels in test_golden)
     "online -9": ["--online", "-9"],
     "model, -T 2": ["--lanes", "3", "-T", "2"],
@@ -242,8 +243,9 @@ CROSS_RUNS = [("portable -> best", case) for case in CROSS_CASES] + [
 
 @pytest.mark.parametrize("direction,case", CROSS_RUNS)
 def test_files_decode_exactly_under_other_cpu_kernels_and_thread_counts(tmp_path, case, direction):
-    """Encoded with ATen's generic kernels and MKL limited to SSE4.2, decoded with the machine's best
-    kernels (AVX2 / AVX-512) and one thread, and the reverse: the same bytes."""
+    """Encoded with ATen's generic kernels, MKL limited to SSE4.2 and the experts compiled for a
+    generic CPU, decoded with the machine's best kernels (AVX2 / AVX-512) and one thread, and the
+    reverse: the same bytes."""
     data = corpus("alice29.txt")[20000 : 20700 if "-9" in case else 22500]  # -9: the largest network
     src = tmp_path / "alice"
     src.write_bytes(data)

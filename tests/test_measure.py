@@ -11,7 +11,7 @@ from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
 from dyncompress.measure import PEERS, Tally, bench_peer, confirm, measure, plot, row_settings, save_defaults, tune
 from dyncompress.model import load, save
-from dyncompress.settings import MIXED_FACTORS, RULE_DEFAULTS, make_settings
+from dyncompress.settings import MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
 
@@ -80,6 +80,26 @@ def test_tuned_settings_become_the_rules_defaults(tiny, tmp_path):
     assert s.adapt.lr == RULE_DEFAULTS["sgd"]["lr"]
     assert make_settings(model=again, rule="sgd", lr=0.2, device="cpu").adapt.lr == 0.2  # explicit wins
     assert again.info["tuning"]["sgd"] == {"source": "test"}
+
+
+def test_one_tlm_threshold_replaces_the_other_form(tiny):
+    """A model whose rule records an absolute TLM threshold (`tune -o --tlm-bits`) still codes at
+    the levels, whose relative threshold comes later and replaces it; an explicit option replaces
+    either; a static level skips nothing."""
+    _, model = tiny
+    recorded = save_defaults(model, "rms-decay", {"tlm_bits": 2.0}, {"source": "test"})
+
+    def thresholds(**kw):
+        a = make_settings(model=recorded, device="cpu", **kw).adapt
+        return a.tlm_bits, a.tlm_relative
+
+    assert thresholds() == (0.0, MODEL_LEVELS[6]["tlm_relative"])
+    assert thresholds(level=9) == (2.0, 0.0)  # a level without skipping: the recorded threshold
+    assert thresholds(level=2) == (0.0, 0.0)
+    assert thresholds(tlm_bits=2.5) == (2.5, 0.0)
+    assert thresholds(level=9, tlm_relative=1.05) == (0.0, 1.05)
+    with pytest.raises(ValueError, match="choose one"):
+        thresholds(tlm_bits=2.5, tlm_relative=1.05)
 
 
 def test_bench_peers_run_and_missing_ones_are_skipped_by_name():
