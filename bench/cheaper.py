@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dyncompress.api import resolve_model
 from dyncompress.measure import VARIANTS, measure
-from dyncompress.settings import make_settings
+from dyncompress.settings import EXPERTS, make_settings
 
 ENWIK8 = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 
@@ -59,7 +59,7 @@ def main() -> None:
 
     given = [float(b) for b in args.tlm.split(",")] if args.tlm else None
     wanted = args.rows.split(",") if args.rows else list(VARIANTS)
-    for n, experts in enumerate(("orders,word,match", "")):
+    for n, experts in enumerate((",".join(EXPERTS), "")):
         name = "experts mixed in" if experts else "the network alone"
         if given:
             tuned(given[n], wanted, name, experts, model, report, lo, hi)

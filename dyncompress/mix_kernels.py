@@ -23,6 +23,7 @@ MASK24 = np.uint64(0xFFFFFF)
 P1 = np.uint64(0x9E3779B97F4A7C15)
 P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
+PPM_BITS = 40  # the PPM input's probabilities, in units of 2^-40
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
 
 
@@ -57,18 +58,75 @@ def context_rows(last, word, n_orders, use_words, masks, salts, shift, base, row
                 t += 1
 
 
+@njit(cache=True, inline="always")
+def ppm_log(v, ln_mant, ln2, floor):
+    """ln(v / PPM_ONE) in units of 2^-12 (at least `floor`): v's leading 13 bits from a table of
+    correctly rounded logarithms, the power of two in whole units of ln 2."""
+    if v <= 0:
+        return floor
+    l, x = 0, v
+    for step in (32, 16, 8, 4, 2, 1):
+        if x >= np.int64(1) << step:
+            x >>= step
+            l += step
+    m = v >> (l - 12) if l >= 12 else v << (12 - l)
+    return max(ln_mant[m - 4096] + (l - PPM_BITS) * ln2, floor)
+
+
+@njit(cache=True)
+def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, ln2, floor):
+    """Lane b's PPM distribution (method C, with exclusion) over the order tables, as log
+    probabilities in `out` (256,): from the highest order seen down, each context gives its bytes
+    not yet given (excluded) count / (n + d) of what is left and passes on d / (n + d), with n the
+    counts and d the number of those bytes; what is left at the end is shared by the bytes no
+    context saw. Probabilities in units of 2^-PPM_BITS, every division floored."""
+    for j in range(256):
+        excl[j] = False
+        p[j] = 0
+    left = np.int64(1) << PPM_BITS
+    for t in range(n_orders - 1, -1, -1):
+        row = rows[b, t]
+        if np.int64(tags[row]) != tagv[b, t]:
+            continue
+        n = 0
+        d = 0
+        for j in range(256):
+            c = np.int64(counts[row, j])
+            if c and not excl[j]:
+                n += c
+                d += 1
+        if n == 0:
+            continue
+        for j in range(256):
+            c = np.int64(counts[row, j])
+            if c and not excl[j]:
+                p[j] = left * c // (n + d)
+                excl[j] = True
+        left = left * d // (n + d)
+    unseen = 0
+    for j in range(256):
+        if not excl[j]:
+            unseen += 1
+    rest = ppm_log(left // unseen if unseen else 0, ln_mant, ln2, floor)
+    for j in range(256):
+        out[j] = ppm_log(p[j], ln_mant, ln2, floor) if excl[j] else rest
+
+
 @njit(cache=True)
 def mix_step(
     logits, E, z, sets, rows, tagv, K, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+    n_ppm, ln_mant, ln2,
 ):  # fmt: skip
     """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
-    the coded frequencies (`frequencies`)."""
+    the coded frequencies (`frequencies`). n_ppm: the order tables the PPM input reads (0: none)."""
     B = logits.shape[0]
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
     weights = np.empty(n_in, dtype=np.int64)
+    excl = np.empty(256, dtype=np.bool_)
+    p = np.empty(256, dtype=np.int64)
     for b in range(B):
         top_logit = logits[b, 0]
         for j in range(256):
@@ -104,6 +162,8 @@ def mix_step(
                 E[b, 1 + K, j] = 0
             if order_seen > 0:
                 E[b, 1 + K, recent[rows[b, order_seen - 1]]] = one
+        if n_ppm:
+            ppm_evidence(b, rows, tagv, n_ppm, counts, tags, E[b, 2 + K], excl, p, ln_mant, ln2, net_floor)
         bucket = 0
         if use_match:
             for j in range(256):

@@ -108,7 +108,7 @@ class AdaptSettings:
         return bool(self.sparse or self.lora)
 
 
-EXPERTS = ("orders", "word", "match")
+EXPERTS = ("orders", "word", "match", "ppm")
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class MixSettings:
     """The exact byte statistics mixed with the network (`mix.Experts`); no experts is the network
     alone, as format 2 coded."""
 
-    experts: str = "orders,word,match"  # comma-separated names from EXPERTS, or "" for none
+    experts: str = "orders,word,match,ppm"  # comma-separated names from EXPERTS, or "" for none
     table_bits: int = 17  # rows of each hashed context table (and the match table): 2^table_bits
     history_bits: int = 24  # bytes of history the match model keeps, all lanes together
     count_limit: int = 250  # a context's counts are halved when one passes this
@@ -126,6 +126,10 @@ class MixSettings:
         unknown = set(self.expert_names) - set(EXPERTS)
         checks = [
             (not unknown, f"unknown expert(s) {', '.join(sorted(unknown))} (choose from {', '.join(EXPERTS)})"),
+            (
+                "ppm" not in self.expert_names or "orders" in self.expert_names,
+                "the ppm expert reads the orders' tables",
+            ),
             (10 <= self.table_bits <= 24, "table bits must be 10 ... 24"),
             (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),

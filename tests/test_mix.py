@@ -15,7 +15,8 @@ from dyncompress.mix import Z_BOUND, Experts, log_table, table_bytes
 from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
-SUBSETS = ["", "orders", "word", "match", "orders,word,match"]
+ALL = ",".join(EXPERTS)
+SUBSETS = ["", "orders", "word", "match", "orders,ppm", ALL]
 
 
 def settings_with(experts: str, **kw) -> Settings:
@@ -68,6 +69,43 @@ def test_a_wide_character_is_a_word_of_its_own():
     assert words("да нет") == [words("нет")[0], words("да")[0], 0]
 
 
+def test_the_ppm_input_is_ppm_c_with_exclusion():
+    """The ppm input's evidence is the log of PPM's method C over the order tables, with
+    exclusion, computed here again in exact fractions from the same tables: from the highest
+    order seen down, each context gives its bytes not yet given count / (n + d) of what is left."""
+    from fractions import Fraction
+
+    from dyncompress.mix import ORDERS
+
+    experts = feed(Experts(MixSettings(experts="orders,ppm", table_bits=12), 1), corpus("alice29.txt")[:4000])
+    assert experts.n_ppm == len(ORDERS)
+    for context in (b"Alice was be", b"the Queen s", b"\x00\x01\x02zq"):  # seen, half seen, unseen
+        feed(experts, context)
+        _, used = experts.mix(np.zeros((1, 256)))
+        rows, tags = used["rows"][0], used["tags"][0]
+        p, left, given = [Fraction(0)] * 256, Fraction(1), set()
+        for t in reversed(range(len(ORDERS))):
+            row = rows[t]
+            if int(experts.tags[row]) != tags[t]:
+                continue
+            c = {j: int(experts.counts[row, j]) for j in range(256) if experts.counts[row, j] and j not in given}
+            n, d = sum(c.values()), len(c)
+            if n:
+                for j, cj in c.items():
+                    p[j] = left * cj / (n + d)
+                given |= set(c)
+                left = left * d / (n + d)
+        for j in set(range(256)) - given:
+            p[j] = left / (256 - len(given))
+        assert sum(p) == 1 and given  # order 1 has seen every context here
+        evidence = used["E"][0, 1 + len(ORDERS) + 1]
+        for j in range(256):
+            if p[j] > Fraction(1, 1 << 30):  # flooring to 2^-40 is then far below the tolerance
+                assert abs(evidence[j] - 4096 * math.log(p[j])) <= 24, (context, j)
+            else:
+                assert evidence[j] <= 4096 * math.log(2.0**-29)
+
+
 @pytest.mark.parametrize("experts", SUBSETS)
 def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(experts):
     noise = bytes(np.random.default_rng(5).integers(0, 256, 700, dtype=np.uint8))
@@ -88,7 +126,7 @@ def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
     depend on the order of the lanes' updates, and the decoder repeats it."""
     unit = corpus("grammar.lsp")[:400]
     data = unit * 16  # with 16 lanes every lane codes the same text in lock step
-    settings = settings_with("orders,word,match", lanes=16, segment_len=4)
+    settings = settings_with(ALL, lanes=16, segment_len=4)
     enc, dec = Codec(settings), Codec(settings)
     packed = encode_block(enc, data)
     assert decode_block(dec, packed, len(data)) == data
@@ -100,9 +138,9 @@ def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
 
 def test_the_experts_learn_and_the_mixer_weights_move():
     data = corpus("alice29.txt")[:6000]
-    off, on = (measure(data, settings_with(e, lanes=2), None).bits for e in ("", "orders,word,match"))
+    off, on = (measure(data, settings_with(e, lanes=2), None).bits for e in ("", ALL))
     assert on < 0.97 * off  # statistics help an online network that starts from nothing
-    codec = Codec(settings_with("orders,word,match", lanes=2))
+    codec = Codec(settings_with(ALL, lanes=2))
     encode_block(codec, data)
     assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.w0)
 
@@ -110,7 +148,7 @@ def test_the_experts_learn_and_the_mixer_weights_move():
 def test_the_network_learns_from_what_was_coded():
     """The network's segment step descends the mixture's code length: the frequencies its
     backward pass reads are the coded ones, not its own softmax."""
-    settings = settings_with("orders,word,match", lanes=2, segment_len=4)
+    settings = settings_with(ALL, lanes=2, segment_len=4)
     predictor = Codec(settings).predictor
     text = np.frombuffer(corpus("alice29.txt")[:12], dtype=np.uint8).astype(np.int32).reshape(6, 2)
     coded = [predictor.step(text[t], 2) for t in range(3)]
@@ -149,7 +187,9 @@ def test_table_sizes_are_bounded_and_stated():
 
 def test_bad_expert_settings_are_refused():
     with pytest.raises(ValueError, match="unknown expert"):
-        MixSettings(experts="orders,ppm")
+        MixSettings(experts="orders,sse")
+    with pytest.raises(ValueError, match="ppm expert reads the orders"):
+        MixSettings(experts="word,ppm")
     with pytest.raises(ValueError, match="table bits"):
         MixSettings(table_bits=40)
     with pytest.raises(ValueError, match="count limit"):
