@@ -3,6 +3,8 @@
     python bench/experts.py                    # the ablation on enwik6 and alice29
     python bench/experts.py --corpora 200000   # default vs none vs PPMd on the texts of
                                                # ../shared/corpora over 100 kB (first 200 kB each)
+    python bench/experts.py --hard --rows "all,no ppm"   # chosen rows on the 100 kB pieces where
+                                               # PPMd beat dyncompress (bench/evidence.py's inputs)
 
 Every row is the codec's own loop (`measure`, as `dyncompress eval` runs it: -log2 p of every
 byte, a block that would expand counted as stored), the shipped model at its default level, the
@@ -51,12 +53,19 @@ def corpora_over(limit: int) -> list[tuple[str, Path]]:
     return rows
 
 
+def without(name: str) -> str:
+    """Every expert but `name` and those that read its tables (ppm reads the orders')."""
+    return ",".join(x for x in EXPERTS if x != name and not (name == "orders" and x == "ppm"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", type=int, metavar="BYTES", help="bytes of each corpus text over 100 kB")
     ap.add_argument("--only", nargs="*", help="inputs to run (names or corpus paths)")
     ap.add_argument("--online", action="store_true", help="online mode (no model) instead of the shipped model")
     ap.add_argument("--all-only", action="store_true", help="only the row with all experts (and PPMd)")
+    ap.add_argument("--rows", help="comma-separated rows to run: all, none, 'no EXPERT'")
+    ap.add_argument("--hard", action="store_true", help="bench/evidence.py's inputs (and alice29, the enwik8 slice)")
     args = ap.parse_args()
     model = None if args.online else resolve_model("enwiki-h256")
     print(
@@ -65,12 +74,19 @@ def main() -> None:
         flush=True,
     )
     inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)} if args.corpora else ABLATION
+    if args.hard:
+        from evidence import INPUTS
+
+        inputs = INPUTS
     rows = {"all": ",".join(EXPERTS), "none": ""}
     if args.all_only:
         del rows["none"]
     elif not args.corpora:
-        rows.update({f"no {e}": ",".join(x for x in EXPERTS if x != e) for e in EXPERTS})
-    print("| input | bytes | PPMd o6 | " + " | ".join(rows) + " | all vs PPMd | kB/s all / none |")
+        rows.update({f"no {e}": without(e) for e in EXPERTS})
+    if args.rows:
+        rows = {label: rows[label] for label in args.rows.split(",")}
+    heads = " | ".join(rows)
+    print(f"| input | bytes | PPMd o6 | {heads} | {next(iter(rows))} vs PPMd | kB/s {' / '.join(rows)} |")
     print("|---|---:|---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
     for name, (path, start, stop) in inputs.items():
         if args.only and name not in args.only:
@@ -79,8 +95,9 @@ def main() -> None:
         results = {label: row(data, model, experts) for label, experts in rows.items()}
         ppmd = ppmd_bpb(data)
         bpb = " | ".join(f"{results[label][0]:.4f}" for label in rows)
-        gain = results["all"][0] / ppmd - 1
-        speed = f"{results['all'][1]:.1f} / " + (f"{results['none'][1]:.1f}" if "none" in results else "-")
+        first = next(iter(rows))
+        gain = results[first][0] / ppmd - 1
+        speed = " / ".join(f"{results[label][1]:.1f}" for label in rows)
         print(f"| {name} | {len(data):,} | {ppmd:.4f} | {bpb} | {gain:+.1%} | {speed} |", flush=True)
 
 

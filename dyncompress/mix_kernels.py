@@ -116,11 +116,13 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
 def mix_step(
     logits, E, z, sets, rows, tagv, K, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2,
+    n_ppm, ln_mant, ln2, apm, f0, apm_at,
 ):  # fmt: skip
     """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
-    the coded frequencies (`frequencies`). n_ppm: the order tables the PPM input reads (0: none)."""
+    the coded frequencies (`frequencies`). n_ppm: the order tables the PPM input reads (0: none).
+    With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
+    those of z refined by `apm_refine`."""
     B = logits.shape[0]
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
@@ -188,7 +190,61 @@ def mix_step(
             for i in range(n_in):
                 acc += weights[i] * E[b, i, j]
             z[b, j] = min(max(acc >> 16, -z_bound), z_bound)
+    if apm.shape[0] == 0:
+        frequencies(z, exp, freqs)
+        return
+    frequencies(z, exp, f0)
+    apm_refine(z, f0, last, apm, apm_at, z_bound)
     frequencies(z, exp, freqs)
+
+
+@njit(cache=True, inline="always")
+def cost_units(f):
+    """-log2(f / 2^24) in units of 2^-8 bits, for f in 1 ... 2^24: the bit length, then the next 8
+    bits of f as a straight line between powers of two."""
+    l, x = 0, f
+    for step in (16, 8, 4, 2, 1):
+        if x >= np.int64(1) << step:
+            x >>= step
+            l += step
+    mant = ((f << 8) >> l) & 255
+    return (24 << 8) - ((l << 8) + mant)
+
+
+@njit(cache=True)
+def apm_refine(z, f0, last, apm, apm_at, z_bound):
+    """The APM stage: every byte's logit z_j gains a correction read from the table row of the
+    previous byte, at the byte's cost under the mixer (-log2 of f0, half-bit buckets interpolated
+    linearly). apm_at (B, 256) keeps each byte's bucket and weight (units 2^-7) for `apm_learn`."""
+    last_bucket = apm.shape[1] - 2
+    for b in range(z.shape[0]):
+        row = np.int64(last[b] & MASK8)
+        for j in range(256):
+            x = cost_units(f0[b, j])
+            i, w = x >> 7, x & 127
+            if i > last_bucket:
+                i, w = last_bucket, 128
+            apm_at[b, j] = (i << 8) | w
+            corr = (apm[row, i] * (128 - w) + apm[row, i + 1] * w) >> 7
+            z[b, j] = min(max(z[b, j] + corr, -z_bound), z_bound)
+
+
+@njit(cache=True)
+def apm_learn(freqs, y, k, last, apm, apm_at, lr):
+    """The APM's step after byte y (before `advance`: the row is still the previous byte's): each
+    bucket moves against its share of the code length's gradient p_j - [j = y], rounded."""
+    nb = apm.shape[1]
+    acc = np.empty(nb, dtype=np.int64)
+    for b in range(k):
+        row = np.int64(last[b] & MASK8)
+        acc[:] = 0
+        for j in range(256):
+            g = freqs[b, j] - ((np.int64(1) << 24) if j == y[b] else 0)
+            i, w = apm_at[b, j] >> 8, apm_at[b, j] & 255
+            acc[i] += g * (128 - w)
+            acc[i + 1] += g * w
+        for i in range(nb):
+            apm[row, i] -= (acc[i] * lr + (np.int64(1) << 28)) >> 29
 
 
 @njit(cache=True)

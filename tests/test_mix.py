@@ -16,7 +16,7 @@ from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
-SUBSETS = ["", "orders", "word", "match", "orders,ppm", ALL]
+SUBSETS = ["", "orders", "word", "match", "orders,ppm", "apm", ALL]
 
 
 def settings_with(experts: str, **kw) -> Settings:
@@ -104,6 +104,22 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
                 assert abs(evidence[j] - 4096 * math.log(p[j])) <= 24, (context, j)
             else:
                 assert evidence[j] <= 4096 * math.log(2.0**-29)
+
+
+def test_the_apm_starts_as_the_identity_and_learns_from_what_was_coded():
+    """With its table at zero the APM codes the mixer's own frequencies; it then learns (the
+    coded ones differ), and its bucket of a byte's cost is -log2 p within the straight line's error."""
+    from dyncompress.mix_kernels import cost_units
+
+    experts = Experts(MixSettings(experts="orders,apm", table_bits=12), 1)
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    assert np.array_equal(freqs, used["f0"]) and used["f0"] is not freqs
+    feed(experts, corpus("alice29.txt")[:3000])
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    assert experts.apm.any() and not np.array_equal(freqs, used["f0"])
+    assert freqs.sum() == 1 << 24
+    for f in (1, 2, 3, 1000, 123_456, (1 << 24) - 1, 1 << 24):
+        assert abs(cost_units(f) / 256 + math.log2(f / (1 << 24))) < 0.09, f
 
 
 @pytest.mark.parametrize("experts", SUBSETS)
