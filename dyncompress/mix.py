@@ -33,14 +33,14 @@ and whether it saw one byte only; the previous byte; hashes of the last two byte
 and the current word), and learns them online, after every byte, by the gradient of the code
 length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own rate, which starts
 16 times mix_lr and falls to it as the row learns (rarely chosen rows of the hashed sets learn
-fast, the busy ones settle). A last stage (apm, paq's adaptive probability map) refines z: every byte's logit gains a
-correction read from a table row chosen by the previous byte, at that byte's cost under the
-mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient of the code length
-of what was coded (0.1 ... 0.3 % on every text measured). Everything is integer arithmetic
-(weights in units of 2^-16), so
-every machine gets the same bits; `exact.frequencies` (in integers) turns z into the coded
-frequencies. The per-byte work runs compiled (`mix_kernels`, numba), one call per step for all
-lanes: on alice29 5 times faster than the same equations as numpy calls.
+fast, the busy ones settle). A last stage (apm, paq's adaptive probability map) refines z:
+every byte's logit gains a correction read from a table row chosen by the previous byte, at that
+byte's cost under the mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient
+of the code length of what was coded (0.1 ... 0.3 % on most texts). Everything is integer
+arithmetic (weights in units of 2^-16), so every machine gets the same bits; `exact.frequencies`
+(in integers) turns z into the coded frequencies. The per-byte work runs compiled (`mix_kernels`,
+numba), one call per step for all lanes: on alice29 5 times faster than the same equations as
+numpy calls.
 
 All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
 in the same step, the lane with the lower index decides a tag, and their counts add (integer
