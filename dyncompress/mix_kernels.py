@@ -59,16 +59,23 @@ def context_rows(last, word, n_orders, use_words, masks, salts, shift, base, row
 
 
 @njit(cache=True, inline="always")
+def floor_log2(v):
+    """floor(log2 v) for 1 <= v < 2^63, by halving the range (six comparisons)."""
+    l = 0
+    for step in (32, 16, 8, 4, 2, 1):
+        if v >= np.int64(1) << step:
+            v >>= step
+            l += step
+    return l
+
+
+@njit(cache=True, inline="always")
 def ppm_log(v, ln_mant, ln2, floor):
     """ln(v / PPM_ONE) in units of 2^-12 (at least `floor`): v's leading 13 bits from a table of
     correctly rounded logarithms, the power of two in whole units of ln 2."""
     if v <= 0:
         return floor
-    l, x = 0, v
-    for step in (32, 16, 8, 4, 2, 1):
-        if x >= np.int64(1) << step:
-            x >>= step
-            l += step
+    l = floor_log2(v)
     m = v >> (l - 12) if l >= 12 else v << (12 - l)
     return max(ln_mant[m - 4096] + (l - PPM_BITS) * ln2, floor)
 
@@ -202,11 +209,7 @@ def mix_step(
 def cost_units(f):
     """-log2(f / 2^24) in units of 2^-8 bits, for f in 1 ... 2^24: the bit length, then the next 8
     bits of f as a straight line between powers of two."""
-    l, x = 0, f
-    for step in (16, 8, 4, 2, 1):
-        if x >= np.int64(1) << step:
-            x >>= step
-            l += step
+    l = floor_log2(f)
     mant = ((f << 8) >> l) & 255
     return (24 << 8) - ((l << 8) + mant)
 
