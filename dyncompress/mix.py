@@ -15,7 +15,7 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      count / (n + d) of the probability left and passes on d / (n + d); its evidence
                      is the log of that probability (on 100 kB of Chinese, Japanese, calgary/obj2
                      and pic 1.2 ... 2 % smaller; English unchanged)
-    sparse           the two bytes before the last one (a direct table; on 100 kB of calgary/obj2
+    gap              the two bytes before the last one (a direct table; on 100 kB of calgary/obj2
                      3.7 % smaller, of Chinese 1.3 %, English unchanged)
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
                      points into the history; the length is verified and then extended byte by
@@ -112,13 +112,13 @@ def ppm_log_tables() -> tuple[np.ndarray, int]:
     return np.array(values, dtype=np.int64), ln2
 
 
-def table_sizes(tb: int, orders: bool, words: bool, sparse: bool = False) -> list[int]:
-    """Rows of every count table: orders 1 and 2 and the sparse pair direct, the rest hashed, 2^tb
+def table_sizes(tb: int, orders: bool, words: bool, gap: bool = False) -> list[int]:
+    """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS. Halving order 3's, the word's and the skip pair's rows
     keeps the default level's tables under 256 MB, for 0.03 % on alice29 and 0.12 % on enwik8
     [3.0M, 3.5M)."""
-    names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["sparse"] * sparse
-    direct = {"o1": 256, "o2": 1 << 16, "sparse": 1 << 16}
+    names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
+    direct = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}
     return [direct.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
 
 
@@ -135,11 +135,11 @@ class Experts:
         self.s, self.B = s, lanes
         self.use_orders, self.use_word, self.use_match = "orders" in names, "word" in names, "match" in names
         self.use_apm = "apm" in names
-        self.use_sparse = "sparse" in names
+        self.use_gap = "gap" in names
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        sizes = table_sizes(tb, self.use_orders, self.use_word, self.use_sparse)
+        sizes = table_sizes(tb, self.use_orders, self.use_word, self.use_gap)
         self.K = len(sizes)
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
@@ -230,7 +230,7 @@ class Experts:
         freqs = np.empty((B, 256), dtype=np.int64)
         if self.K:
             kernels.context_rows(
-                self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_sparse, self.masks,
+                self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags,
             )  # fmt: skip
         kernels.mix_step(

@@ -34,9 +34,9 @@ def mix64(x):
 
 
 @njit(cache=True)
-def context_rows(last, word, n_orders, use_words, use_sparse, masks, salts, shift, base, rows, tagv):
-    """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the sparse pair (the
-    two bytes before the last) direct, the rest hashed."""
+def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv):
+    """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the gap pair (the two
+    bytes before the last) direct, the rest hashed."""
     for b in range(last.shape[0]):
         t = 0
         for i in range(n_orders):
@@ -57,7 +57,7 @@ def context_rows(last, word, n_orders, use_words, use_sparse, masks, salts, shif
                 rows[b, t] = np.int64(h >> shift[t]) + base[t]
                 tagv[b, t] = np.int64((h >> U16) & MASK16)
                 t += 1
-        if use_sparse:
+        if use_gap:
             rows[b, t] = np.int64((last[b] >> U8) & MASK16) + base[t]
             tagv[b, t] = 0
 

@@ -16,7 +16,7 @@ from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
-SUBSETS = ["", "orders", "word", "sparse", "match", "orders,ppm", "apm", ALL]
+SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", ALL]
 
 
 def settings_with(experts: str, **kw) -> Settings:
@@ -190,7 +190,7 @@ def test_table_sizes_are_bounded_and_stated():
     assert default.mix.expert_names == EXPERTS
     assert table_bytes(default.mix, default.lanes) <= 256 << 20  # the default budget
     experts = Experts(default.mix, default.lanes)
-    # orders 1, 2 and the sparse pair direct; orders 4, 5, 6, 8 and the word pair full; order 3, the word
+    # orders 1, 2 and the gap pair direct; orders 4, 5, 6, 8 and the word pair full; order 3, the word
     # alone and the skip pair half
     full = 1 << default.mix.table_bits
     assert experts.counts.shape == (256 + 65536 + 5 * full + 3 * full // 2 + 65536, 256)
