@@ -1,6 +1,7 @@
 """The experts and the mixer (format 3): exact, symmetric, bounded, and worth their bits."""
 
 import math
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.container import FORMAT2_MIX
 from dyncompress.exact import checked_tables, frequencies
 from dyncompress.measure import measure
-from dyncompress.mix import Z_BOUND, Experts, log_table, table_bytes
+from dyncompress.mix import Z_BOUND, Experts, log_table, ppm_log_tables, rounded_logs, table_bytes
 from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
@@ -29,6 +30,24 @@ def test_the_log_table_is_ln_n_plus_an_eighth_rounded():
     reference = np.array([math.log(n + 0.125) * 4096 for n in range(252)])
     assert np.abs(table - reference).max() <= 0.5 + 1e-9
     assert np.array_equal(table, np.round(reference).astype(np.int64))  # no value lies near a tie
+
+
+def decimal_logs(nums, den):
+    with localcontext() as ctx:
+        ctx.prec = 40
+        return [int(((Decimal(n) / den).ln() * 4096).to_integral_value(ROUND_HALF_EVEN)) for n in nums]
+
+
+def test_the_log_tables_are_decimals_correctly_rounded_logarithms(monkeypatch):
+    assert log_table(250).tolist() == decimal_logs(range(1, 8 * 252, 8), 8)
+    ln_mant, ln2 = ppm_log_tables()
+    assert ln_mant.tolist() == decimal_logs(range(4096, 8192), 4096) and ln2 == decimal_logs([2], 1)[0]
+    # where the float logarithm lands near one half, Decimal decides (not the float's rounding)
+    monkeypatch.setattr(math, "log", lambda x: (math.floor(4096 * _ln(x)) + 0.5) / 4096)
+    assert rounded_logs(range(4096, 4200), 4096) == decimal_logs(range(4096, 4200), 4096)
+
+
+_ln = math.log
 
 
 def test_the_compiled_frequencies_are_the_exact_ones():
