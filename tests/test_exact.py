@@ -96,15 +96,21 @@ def test_floor_sqrt_is_exact(n):
     assert int(exact.floor_sqrt_(v)) == math.isqrt(n)
 
 
-def test_floor_sqrt_and_div_are_exact_on_random_integers():
-    rng = np.random.default_rng(4)
-    v = rng.integers(0, 2**52, 20000).astype(np.float64)
+def check_floor_sqrt_and_div(rng, squares: int = 0) -> None:
+    """floor_sqrt_ on random integers below 2^52 (and, with `squares`, that many exact squares and
+    their neighbours), floor_div_ on random quotients near integers: against Python's integers."""
+    n = rng.integers(0, 2**26, squares)
+    v = np.concatenate([n * n, n * n - 1, n * n + 1, rng.integers(0, 2**52, 20000)]).clip(0).astype(np.float64)
     r = exact.floor_sqrt_(torch.from_numpy(v)).numpy()
     assert all(int(a) == math.isqrt(int(b)) for a, b in zip(r, v, strict=True))
     den = rng.integers(1, 2**26, 20000).astype(np.float64)
     num = (rng.integers(-(2**25), 2**25, 20000) * den + rng.integers(-3, 3, 20000)).astype(np.float64)
     q = exact.floor_div_(torch.from_numpy(num), torch.from_numpy(den)).numpy()
     assert all(int(a) == int(b) // int(c) for a, b, c in zip(q, num, den, strict=True))
+
+
+def test_floor_sqrt_and_div_are_exact_on_random_integers():
+    check_floor_sqrt_and_div(np.random.default_rng(4), squares=5000)
 
 
 @pytest.mark.parametrize("off", [-1.5, -1e-9, 1e-9, 1.5])
@@ -112,18 +118,10 @@ def test_floor_sqrt_and_div_stay_exact_when_the_library_is_off(monkeypatch, off)
     """torch's CPU sqrt once gave 32159.99... for the root of 32160^2 (a self-test failed): the
     results are corrected by exact integer tests, so a root or quotient up to 1.5 off still
     floors to the truth."""
-    rng = np.random.default_rng(5)
-    n = rng.integers(0, 2**26, 5000)
-    v = np.concatenate([n * n, n * n - 1, n * n + 1, rng.integers(0, 2**52, 5000)]).clip(0).astype(np.float64)
     sqrt, div = torch.Tensor.sqrt, torch.div
     monkeypatch.setattr(torch.Tensor, "sqrt", lambda t: sqrt(t).add_(off).clamp_(min=0))
     monkeypatch.setattr(torch, "div", lambda a, b: div(a, b).add_(off))
-    r = exact.floor_sqrt_(torch.from_numpy(v)).numpy()
-    assert all(int(a) == math.isqrt(int(b)) for a, b in zip(r, v, strict=True))
-    den = rng.integers(1, 2**26, 20000).astype(np.float64)
-    num = (rng.integers(-(2**25), 2**25, 20000) * den + rng.integers(-3, 3, 20000)).astype(np.float64)
-    q = exact.floor_div_(torch.from_numpy(num), torch.from_numpy(den)).numpy()
-    assert all(int(a) == int(b) // int(c) for a, b, c in zip(q, num, den, strict=True))
+    check_floor_sqrt_and_div(np.random.default_rng(5), squares=5000)
 
 
 def test_significant_rounds_down_to_the_bits_asked():
