@@ -21,7 +21,6 @@ from pathlib import Path
 import dyncompress
 
 CHILD = """
-import torch
 from dyncompress import codec, exact
 from dyncompress.settings import make_settings
 library = exact.floor_sqrt_

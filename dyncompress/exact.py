@@ -590,12 +590,12 @@ def floor_sqrt_(v: torch.Tensor) -> torch.Tensor:
     """floor(sqrt(v)) for float64 integers 0 <= v < 2^52, exactly, whatever the library's square root.
 
     The root comes from `sqrt`, then is corrected by exact integer tests: r + 1 while (r + 1)^2 <= v,
-    r - 1 while r^2 > v (every square below 2^53, so exact), twice each way. A correctly rounded
-    square root needs no correction, but torch's CPU `sqrt` is not always one: in 2 of about 90
-    fresh processes on a loaded machine it gave 32159.99... for the root of 32160^2 (in 129 of 54,656
-    entries, the first call only), so the self-test of the files made there failed. The
-    correction makes any root within two of the truth exact, and changes nothing where the
-    root was right: the bits are those of format 2 as before."""
+    r - 1 while r^2 > v (every square below 2^53, so exact), twice each way, so any root within 1.5
+    of the truth (its floor within 2) floors right. A correctly rounded square root needs no
+    correction, but torch's CPU `sqrt` is not always one: in 1 to 3 of 80-120 fresh processes on a
+    loaded machine it gave 32159.99... for the root of 32160^2 (in 129 of 54,656 entries, the first
+    call only), so the self-test of the files made there failed (BENCHMARKS.md, 2026-12-01). Where
+    the root was right nothing changes: the bits are those of format 2 as before."""
     r = v.sqrt().floor_()
     for _ in range(2):
         r.add_((torch.add(r, 1.0).square_() <= v).to(r.dtype))
@@ -607,7 +607,7 @@ def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """floor(num / den) for float64 integers |num| < 2^52, den >= 1, exactly, whatever the
     library's division: an IEEE division is correctly rounded, and a quotient within 1 / den of
     an integer n would need |n| den >= 2^53 to round onto it; the quotient is still checked, as
-    the square root in `floor_sqrt_` is, by exact products (q den, |q den| <= |num| + den < 2^53):
+    the square root in `floor_sqrt_` is, by exact products (|q den| <= |num| + 3 den < 2^53):
     q - 1 while q den > num, q + 1 while (q + 1) den <= num, twice each way."""
     q = torch.div(num, den).floor_()
     for _ in range(2):

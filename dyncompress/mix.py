@@ -92,7 +92,7 @@ APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 def rounded_logs(nums, den: int) -> list[int]:
     """round(2^12 * ln(num / den)) for every num, correctly rounded, the same on every machine.
 
-    The float logarithm is off by far less than 10^-9 here (values below 2^13, any libm within a
+    The float logarithm is off by far less than 10^-9 here (|values| below 2^16, any libm within a
     few units in the last place), so where its fraction is more than 10^-6 from one half it rounds
     to the right integer; only there does Decimal's correctly rounded ln decide (ties cannot occur:
     the logarithm of a rational other than 1 is irrational). `tests/test_mix.py` checks every
