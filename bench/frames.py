@@ -4,6 +4,8 @@ outside (start-up included), every file checked by a full decode.
 
     python bench/frames.py                      # the 3.5 MB enwik8 head: about an hour on 2 cores
     python bench/frames.py --bytes 300000 --frames 0,100KiB --cluster-bytes 200000   # a quick look
+    python bench/frames.py --frames 0,1750000 --workers 1,1t,2 --decode 2 --no-range --cluster-bytes 0
+        # two equal frames: -j 2 against one worker of one thread (1t: -j 1 -T 1) and -j 1
 
 Rows: frame size x workers (-j), encode and decode kB/s, bits per byte; PPMd order 6 on the same
 input beside them. Then `decode --range` of 1 kB from the middle, per frame size, and the cluster.
@@ -58,7 +60,9 @@ def main() -> None:
     ap.add_argument("--input", type=Path, default=ENWIK8)
     ap.add_argument("--bytes", type=int, default=3_500_000, help="the input's first N bytes")
     ap.add_argument("--frames", default="0,1MiB,256KiB", help="frame sizes (0: one frame)")
-    ap.add_argument("--workers", default="1,2", help="worker counts for encoding")
+    ap.add_argument("--workers", default="1,2", help="worker counts for encoding (1t: one worker of one thread)")
+    ap.add_argument("--decode", default="", help="worker counts whose files are decoded [more than 1, and one frame]")
+    ap.add_argument("--no-range", action="store_true", help="skip the decode --range rows")
     ap.add_argument("--cluster-bytes", type=int, default=1_000_000, help="input of the cluster row (0: none)")
     ap.add_argument("--cluster-frame", default="256KiB")
     args = ap.parse_args()
@@ -78,29 +82,34 @@ def main() -> None:
     for frame_text in args.frames.split(","):
         frame = size_of(frame_text)
         first = None
-        for workers in map(int, args.workers.split(",")):
+        for spec in args.workers.split(","):
+            workers, one_thread = int(spec.rstrip("t")), spec.endswith("t")
             if frame == 0 and workers > 1:
                 continue  # one frame: nothing to spread
-            out = tmp / f"f{frame}-j{workers}.dc"
-            enc = cli("encode", "-q", "-f", "--frame-size", frame, "-j", workers, "-o", out, src)
-            if first is None:
+            out = tmp / f"f{frame}-j{spec}.dc"
+            threads = ["-T", 1] if one_thread else []
+            enc = cli("encode", "-q", "-f", "--frame-size", frame, "-j", workers, *threads, "-o", out, src)
+            if one_thread:
+                pass  # the header records the thread count: the same blocks, another header
+            elif first is None:
                 first = out
             elif not filecmp.cmp(first, out, shallow=False):
                 sys.exit(f"frame size {frame_text}: -j {workers} wrote another file than -j 1")
             dec = None
-            if workers > 1 or frame == 0:
+            decode = spec in args.decode.split(",") if args.decode else (workers > 1 or frame == 0)
+            if decode:
                 back = tmp / "back"
                 dec = cli("decode", "-q", "-f", "-j", workers, "-o", back, out)
                 if back.read_bytes() != data:
                     sys.exit(f"frame size {frame_text}, -j {workers}: the decode differs")
             size = out.stat().st_size
-            rows.append((frame_text, workers, 8 * size / n, n / enc / 1e3, n / dec / 1e3 if dec else None))
+            rows.append((frame_text, spec, 8 * size / n, n / enc / 1e3, n / dec / 1e3 if dec else None))
             dec_text = f"{n / dec / 1e3:.2f}" if dec else "-"
             say(
-                f"frame {frame_text:>7} -j {workers}: {size:,} bytes, {8 * size / n:.4f} bits/byte, "
+                f"frame {frame_text:>7} -j {spec}: {size:,} bytes, {8 * size / n:.4f} bits/byte, "
                 f"encode {enc:.0f} s ({n / enc / 1e3:.2f} kB/s), decode {dec_text} kB/s"
             )
-        if frame:
+        if frame and not args.no_range:
             mid = n // 2
             t = cli("decode", "--range", f"{mid}:{mid + 1000}", "-o", tmp / "piece", "-f", first)
             if (tmp / "piece").read_bytes() != data[mid : mid + 1000]:
@@ -127,13 +136,18 @@ def main() -> None:
             f"{m / on / 1e3:.2f} vs {m / j2 / 1e3:.2f} kB/s (same file)"
         )
 
-    base = {r[0]: r[3] for r in rows if r[1] == 1}
-    say("\n| frame size | workers | bits/byte | encode kB/s | decode kB/s | encode vs -j 1 |")
-    say("|---|---:|---:|---:|---:|---:|")
+    base = {r[0]: r[3] for r in rows if r[1] == "1"}
+    solo = {r[0]: r[3] for r in rows if r[1] == "1t"}  # one worker of one thread
+
+    def ratio(enc: float, of: dict, frame_text: str) -> str:
+        return f"{enc / of[frame_text]:.2f}x" if frame_text in of else "-"
+
+    say("\n| frame size | workers | bits/byte | encode kB/s | decode kB/s | encode vs -j 1 | vs -j 1 -T 1 |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
     for frame_text, workers, bpb, enc, dec in rows:
         say(
             f"| {frame_text} | {workers} | {bpb:.4f} | {enc:.2f} | {f'{dec:.2f}' if dec else '-'} | "
-            f"{enc / base[frame_text]:.2f}x |"
+            f"{ratio(enc, base, frame_text)} | {ratio(enc, solo, frame_text)} |"
         )
     if ppmd:
         say(f"| PPMd o6 | | {ppmd:.4f} | | | |")
