@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=3_500_000, help="the input's first N bytes")
     ap.add_argument("--frames", default="0,1MiB,256KiB", help="frame sizes (0: one frame)")
     ap.add_argument("--workers", default="1,2", help="worker counts for encoding (1t: one worker of one thread)")
-    ap.add_argument("--decode", default="", help="worker counts whose files are decoded [more than 1, and one frame]")
+    ap.add_argument("--decode", default="", help="worker specs to decode ('none') [above 1, one frame]")
     ap.add_argument("--no-range", action="store_true", help="skip the decode --range rows")
     ap.add_argument("--cluster-bytes", type=int, default=1_000_000, help="input of the cluster row (0: none)")
     ap.add_argument("--cluster-frame", default="256KiB")
@@ -89,12 +89,10 @@ def main() -> None:
             out = tmp / f"f{frame}-j{spec}.dc"
             threads = ["-T", 1] if one_thread else []
             enc = cli("encode", "-q", "-f", "--frame-size", frame, "-j", workers, *threads, "-o", out, src)
-            if one_thread:
-                pass  # the header records the thread count: the same blocks, another header
-            elif first is None:
-                first = out
-            elif not filecmp.cmp(first, out, shallow=False):
-                sys.exit(f"frame size {frame_text}: -j {workers} wrote another file than -j 1")
+            if not one_thread:  # -T 1 is recorded in the header: the same blocks, another header
+                first = first or out
+                if not filecmp.cmp(first, out, shallow=False):
+                    sys.exit(f"frame size {frame_text}: -j {workers} wrote another file than -j 1")
             dec = None
             decode = spec in args.decode.split(",") if args.decode else (workers > 1 or frame == 0)
             if decode:
@@ -111,7 +109,7 @@ def main() -> None:
             )
         if frame and not args.no_range:
             mid = n // 2
-            t = cli("decode", "--range", f"{mid}:{mid + 1000}", "-o", tmp / "piece", "-f", first)
+            t = cli("decode", "--range", f"{mid}:{mid + 1000}", "-o", tmp / "piece", "-f", first or out)
             if (tmp / "piece").read_bytes() != data[mid : mid + 1000]:
                 sys.exit("the range decode differs")
             say(f"frame {frame_text:>7}: decode --range {mid}:{mid + 1000} in {t:.1f} s")
