@@ -26,6 +26,7 @@ C = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 INPUTS = {
     "calgary/pic": (C / "calgary/pic", 200_000, 300_000),
     "calgary/obj2": (C / "calgary/obj2", 0, 100_000),
+    "calgary/geo": (C / "calgary/geo", 0, None),
     "jpn/lowndes": (C / "multilingual/dcc_large/jpn/lowndes.txt", 0, 100_000),
     "zho/digong": (C / "multilingual/dcc_large/zho/digong.txt", 0, 100_000),
     "deu/becker": (C / "multilingual/dcc_large/deu/becker.txt", 0, 100_000),

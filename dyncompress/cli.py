@@ -43,7 +43,17 @@ from .cli_base import (
 from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
-from .settings import DEFAULT_MODEL, MODEL_DEFAULTS, RULES, AdaptSettings, Settings, TrainConfig, make_settings
+from .settings import (
+    DEFAULT_LEVEL,
+    DEFAULT_MODEL,
+    MODEL_DEFAULTS,
+    MODEL_LEVELS,
+    RULES,
+    AdaptSettings,
+    Settings,
+    TrainConfig,
+    make_settings,
+)
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -357,7 +367,8 @@ MODEL_HELP = (
 @knob(
     "--lanes",
     click.IntRange(1),
-    f"Parallel streams per block, coded as one batch (more: faster, larger output) [-6: {D.lanes}].",
+    "Parallel streams per block, coded as one batch (more: faster, larger output) "
+    f"[-6: {MODEL_LEVELS[DEFAULT_LEVEL]['lanes']}, online {D.lanes}; fewer for a small input].",
 )
 @knob("--segment-len", click.IntRange(1), f"Bytes per lane between two gradient steps [-6: {D.segment_len}].")
 @knob(

@@ -24,6 +24,9 @@ P1 = np.uint64(0x9E3779B97F4A7C15)
 P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
 PPM_BITS = 40  # the PPM input's probabilities, in units of 2^-40
+REC_SALT = np.uint64(0x5851F42D4C957F2D)
+REC_VOTES = 16  # a record length takes over after this many votes
+REC_FRESH = 32  # the record context is used while the length had a vote within this many records
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
 
 
@@ -34,9 +37,14 @@ def mix64(x):
 
 
 @njit(cache=True)
-def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv):
+def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv, use_record, hist, hb,
+                 pos, rec):  # fmt: skip
     """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the gap pair (the two
-    bytes before the last) direct, the rest hashed."""
+    bytes before the last) direct, the rest hashed; the record context (the byte one record back,
+    and the record's length) only where a lane has a record length that reaches back into its
+    history and had a vote within the last REC_FRESH records, else tag -1 (no context: nothing
+    read, nothing counted)."""
+    n = np.int64(1) << hb
     for b in range(last.shape[0]):
         t = 0
         for i in range(n_orders):
@@ -60,6 +68,17 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
         if use_gap:
             rows[b, t] = np.int64((last[b] >> U8) & MASK16) + base[t]
             tagv[b, t] = 0
+            t += 1
+        if use_record:
+            r = rec[b, 4]
+            if r > 0 and pos[b] >= r and pos[b] - rec[b, 5] <= r * REC_FRESH:
+                above = np.uint64(hist[(np.int64(b) << hb) | ((pos[b] - r) & (n - 1))])
+                h = mix64((np.uint64(r) << U16 | above << U8) + REC_SALT)
+                rows[b, t] = np.int64(h >> shift[t]) + base[t]
+                tagv[b, t] = np.int64((h >> U16) & MASK16)
+            else:
+                rows[b, t] = base[t]
+                tagv[b, t] = -1
 
 
 @njit(cache=True, inline="always")
@@ -125,13 +144,15 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
 
 @njit(cache=True)
 def mix_step(
-    logits, E, z, sets, rows, tagv, K, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
+    logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
     n_ppm, ln_mant, ln2, apm, f0, apm_at,
 ):  # fmt: skip
     """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
-    the coded frequencies (`frequencies`). n_ppm: the order tables the PPM input reads (0: none).
+    the coded frequencies (`frequencies`). The first n_seen of the K count tables choose the
+    highest context seen (the record context, last, does not). n_ppm: the order tables the PPM
+    input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
     those of z refined by `apm_refine`."""
     B = logits.shape[0]
@@ -162,7 +183,7 @@ def mix_step(
                     total += c
                     if c:
                         nonzero += 1
-                if total > 0:  # the highest context seen so far (tables come in rising order)
+                if total > 0 and t < n_seen:  # the highest context seen so far (tables come in rising order)
                     order_seen = t + 1
                     top_total = total
                     top_nonzero = nonzero
@@ -289,17 +310,17 @@ def mixer_learn(E, sets, freqs, y, k, W, updates, lr, lr_start, settle, w_bound)
 def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit):
     """The count tables take byte y: a row whose tag differs starts afresh (the lowest lane's tag
     wins), the lowest lane's byte is the row's recent one, counts add and a row past the limit is
-    halved (rounding up) once."""
+    halved (rounding up) once. A tag of -1 is no context: its row is left alone."""
     K = rows.shape[1]
     for b in range(k):
         for t in range(K):
             row = rows[b, t]
             claimed = False
             for a in range(b):
-                if rows[a, t] == row:
+                if rows[a, t] == row and tagv[a, t] >= 0:
                     claimed = True
                     break
-            if not claimed and np.int64(tags[row]) != tagv[b, t]:
+            if not claimed and tagv[b, t] >= 0 and np.int64(tags[row]) != tagv[b, t]:
                 counts[row, :] = 0
                 tags[row] = np.uint16(tagv[b, t])
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
@@ -332,11 +353,39 @@ def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit):
             counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
 
 
+@njit(cache=True, inline="always")
+def vote_record(at, rec, p, longest):
+    """One lane's record length after a byte at position p (counted from 1), whose previous three
+    positions are `at` (latest first; 0: none): where the byte's last four occurrences are equally
+    spaced, 2 ... `longest` apart (at most the history's length), that distance gets a vote. Two
+    candidates (rec[0], count rec[1]; rec[2], rec[3]) collect votes, a new distance replacing the
+    one with fewer; a candidate with REC_VOTES votes becomes the record length rec[4] and both
+    counts start again. rec[5]: the position of the length's latest vote."""
+    d = p - at[0]
+    if at[2] > 0 and 2 <= d <= longest and d == at[0] - at[1] and d == at[1] - at[2]:
+        if d == rec[4]:
+            rec[5] = p
+        if d == rec[0]:
+            rec[1] += 1
+        elif d == rec[2]:
+            rec[3] += 1
+        elif rec[1] > rec[3]:
+            rec[2], rec[3] = d, 1
+        else:
+            rec[0], rec[1] = d, 1
+        for c in (0, 2):
+            if rec[c + 1] >= REC_VOTES and rec[4] != rec[c]:
+                rec[4], rec[5] = rec[c], p
+                rec[1], rec[3] = 0, 0
+    at[2], at[1], at[0] = at[1], at[0], p
+
+
 @njit(cache=True)
 def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
-            match_check, match_max):  # fmt: skip
+            match_check, match_max, use_record, rec_at, rec, longest):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
-    hashes move on, and lanes without a match look one up; every lane then files its position."""
+    hashes move on, the record length is voted on, and lanes without a match look one up; every
+    lane then files its position."""
     n = np.int64(1) << hb
     if use_match:
         for b in range(k):  # every check reads the history before any lane writes to it
@@ -345,8 +394,12 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
                 mlen[b] = min(mlen[b] + 1, match_max)
             else:
                 mlen[b] = 0
+    if use_match or use_record:
         for b in range(k):
             hist[(b << hb) | (pos[b] & (n - 1))] = np.uint8(y[b])
+    if use_record:
+        for b in range(k):
+            vote_record(rec_at[b, y[b]], rec[b], pos[b] + 1, longest)
     for b in range(k):
         uy = np.uint64(y[b])
         pos[b] += 1
