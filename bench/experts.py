@@ -78,13 +78,12 @@ def main() -> None:
         from evidence import INPUTS
 
         inputs = INPUTS
-    rows = {"all": ",".join(EXPERTS), "none": ""}
+    every = {"all": ",".join(EXPERTS), "none": "", **{f"no {e}": without(e) for e in EXPERTS}}
+    rows = dict(every) if not args.corpora else {"all": every["all"], "none": ""}
     if args.all_only:
         del rows["none"]
-    elif not args.corpora:
-        rows.update({f"no {e}": without(e) for e in EXPERTS})
     if args.rows:
-        rows = {label: rows[label] for label in args.rows.split(",")}
+        rows = {label: every[label] for label in args.rows.split(",")}
     heads = " | ".join(rows)
     print(f"| input | bytes | PPMd o6 | {heads} | {next(iter(rows))} vs PPMd | kB/s {' / '.join(rows)} |")
     print("|---|---:|---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
