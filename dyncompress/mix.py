@@ -19,7 +19,7 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      3.7 % smaller, of Chinese 1.3 %, English unchanged)
     record           for data made of fixed-length records (the rows of an image, tables of
                      numbers): the byte one record back, with the length, in a hashed table of
-                     2^(table_bits - 3) rows. Every lane finds its record length by votes: a byte
+                     2^(table_bits - 4) rows. Every lane finds its record length by votes: a byte
                      whose last four occurrences are equally spaced votes for that distance, and
                      a distance with 16 votes becomes the length (paq's record model does the
                      like). It gives evidence once a length is found and while that length had a
@@ -28,6 +28,12 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      (The byte above alone beat it with the last byte or the byte above-right,
                      by 1 ... 3 %; on 100 kB of calgary/pic 9 % smaller, geo 4 %, obj2 1.3 %,
                      Chinese and Japanese 0.8 ... 1.5 %, English unchanged)
+    column           the column (bytes since the last line feed, up to 255) with the byte above it
+                     in the line before, in a hashed table of 2^(table_bits - 4) rows (not a
+                     context seen either): where lines end and what lines up with the line before
+                     (alice29 0.12 % smaller, enwik8 [3.0M, 3.5M) 0.28 %, pic, obj2 0.5 %; with
+                     the last byte instead of the byte above, or as a second table beside it, no
+                     better)
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
                      points into the history; the length is verified and then extended byte by
                      byte), predicting the byte that followed it
@@ -134,15 +140,17 @@ def ppm_log_tables() -> tuple[np.ndarray, int]:
     return np.array(rounded_logs(range(4096, 8192), 4096), dtype=np.int64), rounded_logs([2], 1)[0]
 
 
-def table_sizes(tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False) -> list[int]:
+def table_sizes(
+    tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False
+) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
-    rows each but for those in HALF_ROWS and the record context's 2^(tb - 3). Halving order 3's,
+    rows each but for those in HALF_ROWS and the record and column contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
     on alice29 and 0.12 % on enwik8 [3.0M, 3.5M)."""
     names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
     direct = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}
     sizes = [direct.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
-    return sizes + [(1 << tb) >> 3] * record
+    return sizes + [(1 << tb) >> 4] * record + [(1 << tb) >> 4] * column
 
 
 def table_bytes(s: MixSettings, lanes: int) -> int:
@@ -160,13 +168,15 @@ class Experts:
         self.use_apm = "apm" in names
         self.use_gap = "gap" in names
         self.use_record = "record" in names
-        self.use_hist = self.use_match or self.use_record  # both read the history
+        self.use_column = "column" in names
+        self.use_hist = self.use_match or self.use_record or self.use_column  # they read the history
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        sizes = table_sizes(tb, self.use_orders, self.use_word, self.use_gap, self.use_record)
+        sizes = table_sizes(tb, self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column)
         self.K = len(sizes)
-        self.n_seen = self.K - self.use_record  # the tables that choose the highest context seen
+        # the tables that choose the highest context seen (not the record's and column's, which come last)
+        self.n_seen = self.K - self.use_record - self.use_column
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
@@ -235,11 +245,12 @@ class Experts:
         self.ptr = np.zeros(B, dtype=np.int64)  # match: flat history index of the predicted byte
         self.mlen = np.zeros(B, dtype=np.int64)  # match length (0: none)
         self.rec_at = np.zeros((B, 256 if self.use_record else 1, 3), dtype=np.int64)  # each byte's last positions
-        self.rec = np.zeros((B, 6), dtype=np.int64)  # record: two candidate lengths with votes, the length
+        self.rec = np.zeros((B, 6), dtype=np.int64)  # record: two candidate lengths with votes, the length, its vote
+        self.lines = np.zeros((B, 2), dtype=np.int64)  # where the current line and the one before it start
 
     ARRAYS = (
         "counts", "tags", "recent", "hist", "match_table", "W", "updates", "last", "pos", "word", "ptr", "mlen", "apm",
-        "rec_at", "rec",
+        "rec_at", "rec", "lines",
     )  # fmt: skip
 
     def state(self) -> dict[str, np.ndarray]:
@@ -262,7 +273,7 @@ class Experts:
             kernels.context_rows(
                 self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
-                self.hb, self.pos, self.rec,
+                self.hb, self.pos, self.rec, self.use_column, self.lines,
             )  # fmt: skip
         kernels.mix_step(
             np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
@@ -295,5 +306,6 @@ class Experts:
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
             self.last, self.word, self.match_table, self.s.table_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
-            self.use_record, self.rec_at, self.rec, min((1 << self.hb) - 1, RECORD_MAX),
+            self.use_record, self.rec_at, self.rec, min((1 << self.hb) - 1, RECORD_MAX), self.use_column,
+            self.lines,
         )  # fmt: skip

@@ -25,6 +25,7 @@ P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
 PPM_BITS = 40  # the PPM input's probabilities, in units of 2^-40
 REC_SALT = np.uint64(0x5851F42D4C957F2D)
+COL_SALT = np.uint64(0x2545F4914F6CDD1D)
 REC_VOTES = 16  # a record length takes over after this many votes
 REC_FRESH = 32  # the record context is used while the length had a vote within this many records
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
@@ -38,12 +39,13 @@ def mix64(x):
 
 @njit(cache=True)
 def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv, use_record, hist, hb,
-                 pos, rec):  # fmt: skip
+                 pos, rec, use_column, lines):  # fmt: skip
     """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the gap pair (the two
     bytes before the last) direct, the rest hashed; the record context (the byte one record back,
     and the record's length) only where a lane has a record length that reaches back into its
     history and had a vote within the last REC_FRESH records, else tag -1 (no context: nothing
-    read, nothing counted)."""
+    read, nothing counted); the column context (the column, up to 255, and the byte above it in the
+    line before, 256 where that line was shorter or is no longer in the history)."""
     n = np.int64(1) << hb
     for b in range(last.shape[0]):
         t = 0
@@ -79,6 +81,16 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
             else:
                 rows[b, t] = base[t]
                 tagv[b, t] = -1
+            t += 1
+        if use_column:
+            col = min(pos[b] - lines[b, 0], 255)
+            above = np.uint64(256)
+            at = lines[b, 1] + col
+            if at < lines[b, 0] and pos[b] - at < n:
+                above = np.uint64(hist[(np.int64(b) << hb) | (at & (n - 1))])
+            h = mix64((above << U16 | np.uint64(col) << U8) + COL_SALT)
+            rows[b, t] = np.int64(h >> shift[t]) + base[t]
+            tagv[b, t] = np.int64((h >> U16) & MASK16)
 
 
 @njit(cache=True, inline="always")
@@ -382,10 +394,10 @@ def vote_record(at, rec, p, longest):
 
 @njit(cache=True)
 def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
-            match_check, match_max, use_record, rec_at, rec, longest):  # fmt: skip
+            match_check, match_max, use_record, rec_at, rec, longest, use_column, lines):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
-    hashes move on, the record length is voted on, and lanes without a match look one up; every
-    lane then files its position."""
+    hashes move on, the record length is voted on, a line feed starts a line, and lanes without a
+    match look one up; every lane then files its position."""
     n = np.int64(1) << hb
     if use_match:
         for b in range(k):  # every check reads the history before any lane writes to it
@@ -394,12 +406,17 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
                 mlen[b] = min(mlen[b] + 1, match_max)
             else:
                 mlen[b] = 0
-    if use_match or use_record:
+    if use_match or use_record or use_column:
         for b in range(k):
             hist[(b << hb) | (pos[b] & (n - 1))] = np.uint8(y[b])
     if use_record:
         for b in range(k):
             vote_record(rec_at[b, y[b]], rec[b], pos[b] + 1, longest)
+    if use_column:
+        for b in range(k):
+            if y[b] == 10:  # a new line starts after it
+                lines[b, 1] = lines[b, 0]
+                lines[b, 0] = pos[b] + 1
     for b in range(k):
         uy = np.uint64(y[b])
         pos[b] += 1

@@ -108,7 +108,7 @@ class AdaptSettings:
         return bool(self.sparse or self.lora)
 
 
-EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record")
+EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column")
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class MixSettings:
     """The exact byte statistics mixed with the network (`mix.Experts`); no experts is the network
     alone, as format 2 coded."""
 
-    experts: str = "orders,word,gap,match,ppm,apm,record"  # comma-separated names from EXPERTS, or "" for none
+    experts: str = "orders,word,gap,match,ppm,apm,record,column"  # comma-separated names from EXPERTS, or "" for none
     table_bits: int = 17  # rows of each hashed context table (and the match table): 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     count_limit: int = 250  # a context's counts are halved when one passes this

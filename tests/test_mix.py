@@ -17,7 +17,7 @@ from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
-SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", ALL]
+SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
 
 
 def settings_with(experts: str, **kw) -> Settings:
@@ -187,6 +187,23 @@ def test_the_record_context_finds_the_records_of_real_data_and_saves_bits():
     assert on < 0.97 * off  # 5 % smaller when written
 
 
+def test_the_column_context_is_the_column_and_the_byte_above():
+    """The column context: bytes since the last line feed, with the byte at that column in the line
+    before (a line feed where that line ended there; none where it was shorter)."""
+
+    def context(text: bytes) -> tuple[int, int]:
+        experts = feed(Experts(MixSettings(experts="column", table_bits=12), 1), text)
+        _, used = experts.mix(np.zeros((1, 256)))
+        return int(used["rows"][0, -1]), int(used["tags"][0, -1])
+
+    experts = feed(Experts(MixSettings(experts="column", table_bits=12), 1), b"abc\nxbz\nab")
+    assert experts.lines[0].tolist() == [8, 4]
+    assert context(b"abc\nxbz\nab") == context(b"q\nyyz\nzz")  # column 2 under a z
+    assert context(b"abc\nxbz\nab") != context(b"q\nyyy\nzz")  # under a y
+    assert context(b"q\nyy\nzz") != context(b"q\ny\nzz") == context(b"z\nqq\n\nzz")  # under the line feed; none
+    assert context(b"zz") != context(b"zzz")  # the first line: columns only
+
+
 def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
     """Many lanes hitting one row and one match slot in the same step: the result does not
     depend on the order of the lanes' updates, and the decoder repeats it."""
@@ -241,9 +258,9 @@ def test_table_sizes_are_bounded_and_stated():
     assert table_bytes(default.mix, default.lanes) <= 256 << 20  # the issue's default budget
     experts = Experts(default.mix, default.lanes)
     # orders 1, 2 and the gap pair direct; orders 4, 5, 6, 8 and the word pair full; order 3, the word
-    # alone and the skip pair half; the record context an eighth
+    # alone and the skip pair half; the record and column contexts a sixteenth each
     full = 1 << default.mix.table_bits
-    assert experts.counts.shape == (256 + 65536 + 5 * full + 3 * full // 2 + 65536 + full // 8, 256)
+    assert experts.counts.shape == (256 + 65536 + 5 * full + 3 * full // 2 + 65536 + 2 * (full // 16), 256)
     assert experts.match_table.shape == (1 << default.mix.table_bits,)
     assert experts.hist.size <= 1 << default.mix.history_bits
     # a small input gets small tables (and the same from a streaming encoder: one block)
