@@ -96,10 +96,12 @@ while True:
 class _Zygote:
     """One process per test session that imports dyncompress (torch, numpy, numba) and loads the
     experts' compiled kernels (~2.3 s of the ~3.7 s every command costs), then forks a child per
-    command line. It runs no torch operation, so no thread pool exists when it forks. The child gets the test's own pipes as
-    stdin, stdout and stderr (not files: seekability and EOF are a pipe's), its working directory
-    and environment, and runs `python -m dyncompress` as runpy does; its exit status comes back as
-    subprocess's would (negative for a signal)."""
+    command line. It runs no torch operation, so no thread pool exists when it forks. The child
+    gets the test's own pipes as stdin, stdout and stderr (not files: seekability and EOF are a
+    pipe's), its working directory and environment, and runs `python -m dyncompress` as runpy
+    does; its exit status comes back as subprocess's would (negative for a signal). Tests of
+    start-up itself (Ctrl-C while torch loads, an installed copy, other kernels) start real
+    processes."""
 
     _one: "_Zygote | None" = None
 
