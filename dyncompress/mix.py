@@ -55,7 +55,9 @@ length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own ra
 fast, the busy ones settle). A last stage (apm, paq's adaptive probability map) refines z:
 every byte's logit gains a correction read from a table row chosen by the previous byte, at that
 byte's cost under the mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient
-of the code length of what was coded (0.1 ... 0.3 % on most texts). Everything is integer
+of the code length of what was coded (0.1 ... 0.3 % on most texts), and a second one from a row
+chosen by the previous byte with the byte itself (65,536 rows, each learning from its own byte's
+share of the gradient: what this pair of bytes did after the mixer gave it that cost). Everything is integer
 arithmetic (weights in units of 2^-16), so every machine gets the same bits; `exact.frequencies`
 (in integers) turns z into the coded frequencies. The per-byte work runs compiled (`mix_kernels`,
 numba), one call per step for all lanes: on alice29 5 times faster than the same equations as
@@ -82,7 +84,7 @@ ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # word contexts: the current word with the one before it, the current word alone (the rest of a word
 # from its start), the current word with the one two back (BENCHMARKS.md, issue 11, fourth session)
 WORDS = ("pair", "word", "skip")
-HALF_ROWS = ("o3", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
+HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
 # the mixer's rates: a weight row starts at RATE_START times the settled rate (mix_lr) and comes down
 # to it as RATE_SETTLE / (RATE_SETTLE + its steps): rows seen often learn slowly, rare ones fast
 RATE_START, RATE_SETTLE = 16, 64
@@ -105,6 +107,7 @@ ONE = 1 << 12  # one nat of evidence
 PPM_TRUST = (1 << 16) // 4  # the PPM input's initial weight
 APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
+APM2_RATE = 20  # the rate of its (previous byte, byte) table
 
 
 def rounded_logs(nums, den: int) -> list[int]:
@@ -146,7 +149,8 @@ def table_sizes(
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS and the record and column contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
-    on alice29 and 0.12 % on enwik8 [3.0M, 3.5M)."""
+    on alice29 and 0.12 % on enwik8 [3.0M, 3.5M); halving order 8's makes room for the APM's
+    (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %)."""
     names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
     direct = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}
     sizes = [direct.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
@@ -222,7 +226,8 @@ class Experts:
         """Bytes the tables and histories take at most (pages never touched take none)."""
         hist = self.B << self.hb if self.use_hist else 0
         match = 8 << self.s.table_bits if self.use_match else 0
-        return self.rows * (256 + 2 + 1) + hist + match
+        apm = (256 * 8 + (1 << 16) * 4) * APM_BUCKETS if self.use_apm else 0
+        return self.rows * (256 + 2 + 1) + hist + match + apm
 
     # --- state ----------------------------------------------------------------------
 
@@ -238,6 +243,7 @@ class Experts:
         self.match_table = np.zeros(1 << self.s.table_bits if self.use_match else 1, dtype=np.int64)
         self.W = self.w0.copy()
         self.apm = np.zeros((256 if self.use_apm else 0, APM_BUCKETS), dtype=np.int64)  # corrections, units 2^-12
+        self.apm2 = np.zeros((1 << 16 if self.use_apm else 0, APM_BUCKETS), dtype=np.int32)  # (previous byte, byte)
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
         self.pos = np.zeros(B, dtype=np.int64)  # bytes every lane has seen
         self.word = np.zeros((B, 3), dtype=np.uint64)  # hashes of the current word, the one before, the one before that
@@ -250,7 +256,7 @@ class Experts:
 
     ARRAYS = (
         "counts", "tags", "recent", "hist", "match_table", "W", "updates", "last", "pos", "word", "ptr", "mlen", "apm",
-        "rec_at", "rec", "lines",
+        "apm2", "rec_at", "rec", "lines",
     )  # fmt: skip
 
     def state(self) -> dict[str, np.ndarray]:
@@ -279,7 +285,8 @@ class Experts:
             np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self.counts, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
-            ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self._f0, self._apm_at,
+            ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
+            self._apm_at,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
         return freqs, {"z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer}
@@ -294,7 +301,7 @@ class Experts:
         y = np.ascontiguousarray(y[:k], dtype=np.int64)
         if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
             coded = np.ascontiguousarray(freqs, dtype=np.int64)
-            kernels.apm_learn(coded, y, k, self.last, self.apm, self._apm_at, APM_RATE)
+            kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
         kernels.mixer_learn(
             used["E"], used["sets"], used["f0"], y, k, self.W, self.updates, self.lr, self.lr_start, RATE_SETTLE,
             W_BOUND,

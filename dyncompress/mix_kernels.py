@@ -158,7 +158,7 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
 def mix_step(
     logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, f0, apm_at,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at,
 ):  # fmt: skip
     """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
@@ -238,7 +238,7 @@ def mix_step(
         frequencies(z, exp, freqs)
         return
     frequencies(z, exp, f0)
-    apm_refine(z, f0, last, apm, apm_at, z_bound)
+    apm_refine(z, f0, last, apm, apm2, apm_at, z_bound)
     frequencies(z, exp, freqs)
 
 
@@ -252,10 +252,12 @@ def cost_units(f):
 
 
 @njit(cache=True)
-def apm_refine(z, f0, last, apm, apm_at, z_bound):
-    """The APM stage: every byte's logit z_j gains a correction read from the table row of the
-    previous byte, at the byte's cost under the mixer (-log2 of f0, half-bit buckets interpolated
-    linearly). apm_at (B, 256) keeps each byte's bucket and weight (units 2^-7) for `apm_learn`."""
+def apm_refine(z, f0, last, apm, apm2, apm_at, z_bound):
+    """The APM stage: every byte's logit z_j gains two corrections read at the byte's cost under
+    the mixer (-log2 of f0, half-bit buckets interpolated linearly): one from the row of the
+    previous byte (`apm`), one from the row of the previous byte with j itself (`apm2`, 256 rows
+    per previous byte). apm_at (B, 256) keeps each byte's bucket and weight (units 2^-7) for
+    `apm_learn`."""
     last_bucket = apm.shape[1] - 2
     for b in range(z.shape[0]):
         row = np.int64(last[b] & MASK8)
@@ -265,14 +267,18 @@ def apm_refine(z, f0, last, apm, apm_at, z_bound):
             if i > last_bucket:
                 i, w = last_bucket, 128
             apm_at[b, j] = (i << 8) | w
+            r2 = (row << 8) | j
             corr = (apm[row, i] * (128 - w) + apm[row, i + 1] * w) >> 7
+            corr += (np.int64(apm2[r2, i]) * (128 - w) + np.int64(apm2[r2, i + 1]) * w) >> 7
             z[b, j] = min(max(z[b, j] + corr, -z_bound), z_bound)
 
 
 @njit(cache=True)
-def apm_learn(freqs, y, k, last, apm, apm_at, lr):
+def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
     """The APM's step after byte y (before `advance`: the row is still the previous byte's): each
-    bucket moves against its share of the code length's gradient p_j - [j = y], rounded."""
+    bucket of the previous byte's row moves against its share of the code length's gradient
+    p_j - [j = y] summed over j, each bucket of a (previous byte, j) row against j's own share;
+    rounded, and the second table's values kept within +-bound."""
     nb = apm.shape[1]
     acc = np.empty(nb, dtype=np.int64)
     for b in range(k):
@@ -283,6 +289,11 @@ def apm_learn(freqs, y, k, last, apm, apm_at, lr):
             i, w = apm_at[b, j] >> 8, apm_at[b, j] & 255
             acc[i] += g * (128 - w)
             acc[i + 1] += g * w
+            r2 = (row << 8) | j
+            v = np.int64(apm2[r2, i]) - ((g * (128 - w) * lr2 + (np.int64(1) << 28)) >> 29)
+            apm2[r2, i] = min(max(v, -bound), bound)
+            v = np.int64(apm2[r2, i + 1]) - ((g * w * lr2 + (np.int64(1) << 28)) >> 29)
+            apm2[r2, i + 1] = min(max(v, -bound), bound)
         for i in range(nb):
             apm[row, i] -= (acc[i] * lr + (np.int64(1) << 28)) >> 29
 

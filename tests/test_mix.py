@@ -128,6 +128,8 @@ def test_the_apm_starts_as_the_identity_and_learns_from_what_was_coded():
     feed(experts, corpus("alice29.txt")[:3000])
     freqs, used = experts.mix(np.zeros((1, 256)))
     assert experts.apm.any() and not np.array_equal(freqs, used["f0"])
+    th = (ord("t") << 8) | ord("h")  # the (previous byte, byte) table: "th" was coded, and learned up
+    assert experts.apm2[th].max() > 0 and experts.apm2.shape == (1 << 16, experts.apm.shape[1])
     assert freqs.sum() == 1 << 24
     for f in (1, 2, 3, 1000, 123_456, (1 << 24) - 1, 1 << 24):
         assert abs(cost_units(f) / 256 + math.log2(f / (1 << 24))) < 0.09, f
@@ -257,10 +259,11 @@ def test_table_sizes_are_bounded_and_stated():
     assert default.mix.expert_names == EXPERTS
     assert table_bytes(default.mix, default.lanes) <= 256 << 20  # the default budget
     experts = Experts(default.mix, default.lanes)
-    # orders 1, 2 and the gap pair direct; orders 4, 5, 6, 8 and the word pair full; order 3, the word
-    # alone and the skip pair half; the record and column contexts a sixteenth each
+    # orders 1, 2 and the gap pair direct; orders 4, 5, 6 and the word pair full; orders 3 and 8, the
+    # word alone and the skip pair half; the record and column contexts a sixteenth each
     full = 1 << default.mix.table_bits
-    assert experts.counts.shape == (256 + 65536 + 5 * full + 3 * full // 2 + 65536 + 2 * (full // 16), 256)
+    assert experts.counts.shape == (256 + 65536 + 4 * full + 4 * full // 2 + 65536 + 2 * (full // 16), 256)
+    assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
     assert experts.match_table.shape == (1 << default.mix.table_bits,)
     assert experts.hist.size <= 1 << default.mix.history_bits
     # a small input gets small tables (and the same from a streaming encoder: one block)
