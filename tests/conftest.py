@@ -41,7 +41,7 @@ _IMPORT_TIME_ENV = {"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "LD_PRELOAD", 
 _IMPORT_TIME_PREFIXES = ("ATEN_", "MKL_", "OMP_", "OPENBLAS_", "NUMBA_", "TORCH_", "KMP_", "GOMP_")
 
 _ZYGOTE = r"""
-import atexit, json, os, runpy, signal, socket, sys, traceback
+import atexit, json, os, runpy, socket, sys, traceback
 import dyncompress.api, dyncompress.cli  # torch, numpy and numba: what every fresh process imports first
 import numpy as np
 from dyncompress.mix import Experts
