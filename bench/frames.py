@@ -6,6 +6,8 @@ outside (start-up included), every file checked by a full decode.
     python bench/frames.py --bytes 300000 --frames 0,100KiB --cluster-bytes 200000   # a quick look
     python bench/frames.py --frames 0,1750000 --workers 1,1t,2 --decode 2 --no-range --cluster-bytes 0
         # two equal frames: -j 2 against one worker of one thread (1t: -j 1 -T 1) and -j 1
+    python bench/frames.py --bytes 1000000 --frames 500000 --workers 1t,2,1t,2 --decode none --no-range \
+        --cluster-bytes 0   # the same, alternated: each ratio is against the mean of the repeated runs
 
 Rows: frame size x workers (-j), encode and decode kB/s, bits per byte; PPMd order 6 on the same
 input beside them. Then `decode --range` of 1 kB from the middle, per frame size, and the cluster.
@@ -134,13 +136,21 @@ def main() -> None:
             f"{m / on / 1e3:.2f} vs {m / j2 / 1e3:.2f} kB/s (same file)"
         )
 
-    base = {r[0]: r[3] for r in rows if r[1] == "1"}
-    solo = {r[0]: r[3] for r in rows if r[1] == "1t"}  # one worker of one thread
+    def mean_of(spec: str) -> dict:
+        """Per frame size, the mean kB/s of the runs of one worker spec (a spec may be repeated,
+        alternated with the others: this machine's speed drifts by 10-20 % between runs)."""
+        runs: dict = {}
+        for frame_text, workers, _, enc, _ in rows:
+            if workers == spec:
+                runs.setdefault(frame_text, []).append(enc)
+        return {frame_text: sum(v) / len(v) for frame_text, v in runs.items()}
+
+    base, solo = mean_of("1"), mean_of("1t")  # -j 1, and one worker of one thread
 
     def ratio(enc: float, of: dict, frame_text: str) -> str:
         return f"{enc / of[frame_text]:.2f}x" if frame_text in of else "-"
 
-    say("\n| frame size | workers | bits/byte | encode kB/s | decode kB/s | encode vs -j 1 | vs -j 1 -T 1 |")
+    say("\n| frame size | workers | bits/byte | encode kB/s | decode kB/s | vs -j 1 (mean) | vs -j 1 -T 1 (mean) |")
     say("|---|---:|---:|---:|---:|---:|---:|")
     for frame_text, workers, bpb, enc, dec in rows:
         say(
