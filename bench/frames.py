@@ -20,6 +20,7 @@ import datetime
 import filecmp
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,12 +139,12 @@ def main() -> None:
 
     def mean_of(spec: str) -> dict:
         """Per frame size, the mean kB/s of the runs of one worker spec (a spec may be repeated,
-        alternated with the others: this machine's speed drifts by 10-20 % between runs)."""
+        alternated with the others: the same run can differ by 10-20 % on these machines)."""
         runs: dict = {}
         for frame_text, workers, _, enc, _ in rows:
             if workers == spec:
                 runs.setdefault(frame_text, []).append(enc)
-        return {frame_text: sum(v) / len(v) for frame_text, v in runs.items()}
+        return {frame_text: statistics.fmean(v) for frame_text, v in runs.items()}
 
     base, solo = mean_of("1"), mean_of("1t")  # -j 1, and one worker of one thread
 
