@@ -11,11 +11,32 @@ thousand modules) inside `loading()`, which holds Ctrl-C until the imports are d
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
-from ._signals import held_interrupts as loading  # noqa: F401  (re-exported for the commands)
+from ._signals import held_interrupts
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+
+
+@contextmanager
+def loading() -> Iterator[None]:
+    """Ctrl-C held while torch and the codec import. After the first such block, what exists is
+    frozen out of the garbage collector (`gc.freeze`): modules that live as long as the process, so
+    the collector need not walk them during the run, nor at exit, where collecting them cost a
+    second per command. Only the first: later blocks may follow objects of ours (a worker pool, its
+    semaphore) that must still be collected when they are done with."""
+    with held_interrupts():
+        yield
+    if not _frozen:
+        _frozen.append(True)
+        gc.freeze()
+
+
+_frozen: list[bool] = []
 
 
 class Failure(Exception):

@@ -258,3 +258,26 @@ def test_files_decode_exactly_under_other_cpu_kernels_and_thread_counts(tmp_path
     packed.write_bytes(r.stdout)
     r = run_cli("decode", "-T", "1", "-c", packed, env=dec_env)
     assert r.returncode == 0 and r.stdout == data, r.stderr
+
+
+def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_do_not(monkeypatch):
+    """`loading()` freezes what exists after a command's first imports (they live as long as the
+    process: exit skips collecting them), once: an object made later, such as a worker pool with its
+    semaphore, stays collectable through a second `loading()`."""
+    import gc
+
+    from dyncompress import cli_base
+
+    monkeypatch.setattr(cli_base, "_frozen", [])
+    gc.unfreeze()
+    try:
+        with cli_base.loading():
+            pass
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        later = [[] for _ in range(1000)]  # made after the first load: 1,001 objects the collector tracks
+        with cli_base.loading():
+            pass
+        assert gc.get_freeze_count() == frozen, len(later)  # a second freeze would have taken them
+    finally:
+        gc.unfreeze()
