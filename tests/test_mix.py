@@ -181,7 +181,7 @@ def test_the_record_length_is_found_by_votes_and_fades_without_them():
 
 def test_the_record_context_finds_the_records_of_real_data_and_saves_bits():
     """calgary/geo: 32-bit numbers, records of 4 bytes; an online network with every expert."""
-    data = corpus("calgary_geo_8k")
+    data = corpus("calgary_geo_8k")[:5000]  # (4.6 % smaller with the record context; 4.5 % on all 8 kB)
     experts = feed(Experts(MixSettings(experts="record", table_bits=12), 1), data[:1000])
     assert experts.rec[0, 4] == 4
     without = ",".join(e for e in EXPERTS if e != "record")
@@ -245,8 +245,8 @@ def test_the_network_learns_from_what_was_coded():
 
 def test_a_long_repeat_costs_almost_nothing_the_second_time():
     """The issue's test: a text concatenated with itself, one lane: < 0.1 bits per byte in its
-    second half (the match model finds it and the mixer learns to trust it; 0.03 here)."""
-    half = corpus("alice29.txt")[20000:28000]
+    second half (the match model finds it and the mixer learns to trust it; 0.014 here)."""
+    half = corpus("alice29.txt")[20000:25000]
     model_free = Settings(hidden=32, lanes=1, segment_len=16, device="cpu")
     m = measure(half + half, model_free, None, positions=True)
     second = m.positions[len(half) :].sum() / len(half)
