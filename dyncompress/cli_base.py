@@ -27,16 +27,12 @@ def loading() -> Iterator[None]:
     """Ctrl-C held while torch and the codec import. After the first such block, what exists is
     frozen out of the garbage collector (`gc.freeze`): modules that live as long as the process, so
     the collector need not walk them during the run, nor at exit, where collecting them cost a
-    second per command. Only the first: later blocks may follow objects of ours (a worker pool, its
-    semaphore) that must still be collected when they are done with."""
+    second per command. Only while nothing is frozen yet: later blocks may follow objects of ours
+    (a worker pool, its semaphore) that must still be collected when they are done with."""
     with held_interrupts():
         yield
-    if not _frozen:
-        _frozen.append(True)
+    if not gc.get_freeze_count():
         gc.freeze()
-
-
-_frozen: list[bool] = []
 
 
 class Failure(Exception):

@@ -260,7 +260,7 @@ def test_files_decode_exactly_under_other_cpu_kernels_and_thread_counts(tmp_path
     assert r.returncode == 0 and r.stdout == data, r.stderr
 
 
-def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_do_not(monkeypatch):
+def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_do_not():
     """`loading()` freezes what exists after a command's first imports (they live as long as the
     process: exit skips collecting them), once: an object made later, such as a worker pool with its
     semaphore, stays collectable through a second `loading()`."""
@@ -268,8 +268,7 @@ def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_
 
     from dyncompress import cli_base
 
-    monkeypatch.setattr(cli_base, "_frozen", [])
-    gc.unfreeze()
+    gc.unfreeze()  # this process as a command starts: nothing frozen
     try:
         with cli_base.loading():
             pass

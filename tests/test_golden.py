@@ -7,7 +7,7 @@ with the recorded settings to the same header (less the platform record) and the
 (format 3 ends a stream with a frame index and a longer end marker).
 That is checked here in fresh processes under three kernel sets (the machine's best, which also
 re-encodes; AVX2; ATen's generic kernels with MKL limited to SSE4.2) and two thread counts. On a CPU
-whose best is AVX2 the first two are one set: it runs once, with one thread.
+without AVX-512 the first two are one set: it runs once, with one thread.
 
 format1/NAME.dc was written by dyncompress 0.2.0 (float32, format 1). This version does not read
 format 1: it must say so in one line naming the release that does, and write nothing.
@@ -38,8 +38,8 @@ KERNELS = {
     "generic": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OMP_NUM_THREADS": "2"},
 }
 if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
-    # the best kernels are the AVX2 ones: a second probe would run the same code (its 20-40 s buy
-    # nothing), so the best probe takes the AVX2 probe's single thread, and the generic one keeps two
+    # the best kernels are the AVX2 ones (or the generic ones): a second probe would run the same code
+    # (its 20-40 s buy nothing), so the best probe takes the AVX2 probe's single thread; generic keeps two
     KERNELS["best"] = {"OMP_NUM_THREADS": "1"}
     del KERNELS["avx2"]
 
