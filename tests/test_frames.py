@@ -11,11 +11,11 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import Compressor, DyncompressError, compress, decompress, read_range
-from dyncompress.container import END_SIZE, FormatError, index_size, pack_end, pack_index, parse_end
+from dyncompress.container import END_SIZE, FormatError, index_size, pack_end, pack_index, parse_end, parse_header
 from dyncompress.settings import make_settings
 
-FRAMED = dict(SMALL, hidden=16, lanes=4, frame_size=2400, block_size=1000)  # frames of 3 blocks
-DATA = corpus("alice29.txt")[:8000]  # 4 frames: 2400 x 3 and 800
+FRAMED = dict(SMALL, hidden=16, lanes=4, frame_size=1200, block_size=400)  # frames of 3 blocks
+DATA = corpus("alice29.txt")[:4000]  # 4 frames: 1200 x 3 and 400
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +42,16 @@ def test_each_frame_decodes_alone_and_in_any_order(packed, tmp_path):
     does not stop a range that does not need it (only the frames holding the range are read)."""
     path = tmp_path / "f.dc"
     path.write_bytes(packed)
-    spans = [(0, 1), (2390, 2410), (2400, 4800), (5000, 5100), (7199, 8000), (0, 8000), (7999, None), (5, 5)]
+    spans = [(0, 1), (1190, 1210), (1200, 2400), (2500, 2550), (3599, 4000), (0, 4000), (3999, None), (5, 5)]
     for start, end in spans:
         assert read_range(str(path), start, end) == DATA[start:end], (start, end)
-    backwards = [read_range(str(path), a, a + 2400) for a in (7200, 4800, 2400, 0)]
+    backwards = [read_range(str(path), a, a + 1200) for a in (3600, 2400, 1200, 0)]
     assert b"".join(reversed(backwards)) == DATA
     # break a byte inside the first frame's payload: the rest still reads, the first is refused
     damaged = bytearray(packed)
-    damaged[len(packed) // 8] ^= 0xFF
+    damaged[parse_header(packed)[1] + 50] ^= 0xFF  # 50 bytes into the first frame
     path.write_bytes(bytes(damaged))
-    assert read_range(str(path), 5000, 6000) == DATA[5000:6000]
+    assert read_range(str(path), 2500, 3000) == DATA[2500:3000]
     with pytest.raises(DyncompressError):
         read_range(str(path), 100, 200)
     with pytest.raises(DyncompressError):
@@ -59,14 +59,14 @@ def test_each_frame_decodes_alone_and_in_any_order(packed, tmp_path):
 
 
 def test_ranges_span_concatenated_streams_and_refuse_what_is_not_there(packed, tmp_path):
-    other = compress(DATA[:3000], **FRAMED)
+    other = compress(DATA[:1500], **FRAMED)
     path = tmp_path / "two.dc"
     path.write_bytes(packed + other)
-    both = DATA + DATA[:3000]
-    for start, end in [(7900, 8100), (8000, 11000), (10999, 11000), (100, 10000)]:
-        assert read_range(str(path), start, end, workers=2 if start == 100 else None) == both[start:end]
+    both = DATA + DATA[:1500]
+    for start, end in [(3950, 4050), (4000, 5500), (5499, 5500), (50, 5000)]:
+        assert read_range(str(path), start, end, workers=2 if start == 50 else None) == both[start:end]
     with pytest.raises(DyncompressError, match="outside"):
-        read_range(str(path), 11001, 11002)
+        read_range(str(path), 5501, 5502)
     path.write_bytes(packed[:-1])
     with pytest.raises(FormatError):
         read_range(str(path), 0, 10)
@@ -77,7 +77,7 @@ def test_the_index_must_match_the_frames(packed):
     decoder and by random access."""
     marker = parse_end(packed[-END_SIZE:])
     body = packed[: -END_SIZE - index_size(marker.frames)]
-    frames = [(2400, 0), (2400, 0), (2400, 0), (800, 0)]  # wrong compressed sizes
+    frames = [(1200, 0), (1200, 0), (1200, 0), (400, 0)]  # wrong compressed sizes
     index = pack_index(frames)
     forged = body + index + pack_end(marker.total_len, marker.blocks, marker.digest, 4, len(body) + len(index))
     with pytest.raises(FormatError, match="frame index"):
@@ -103,7 +103,7 @@ def test_format2_files_have_no_index_for_ranges():
 
 def _cli_encode(tmp_path, *extra) -> subprocess.CompletedProcess:
     args = ["encode", "-f", "--online", "--hidden", "16", "--lanes", "4", "--segment-len", "8"]
-    args += ["--frame-size", "2400", "--block-size", "1000"]
+    args += ["--frame-size", "1200", "--block-size", "400"]
     return run_cli(*args, *extra, "-o", tmp_path / "cli.dc", tmp_path / "src")
 
 
@@ -112,16 +112,16 @@ def test_cli_workers_range_and_info(packed, tmp_path):
     r = _cli_encode(tmp_path, "-j", "2")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "cli.dc").read_bytes() == packed  # the API's one-process file, byte for byte
-    r = run_cli("decode", "--range", "2390:2.41k", tmp_path / "cli.dc")
-    assert r.returncode == 0 and r.stdout == DATA[2390:2410], r.stderr
+    r = run_cli("decode", "--range", "1190:1.21k", tmp_path / "cli.dc")
+    assert r.returncode == 0 and r.stdout == DATA[1190:1210], r.stderr
     r = run_cli("decode", "-j", "2", "-c", "-", input=packed)  # stdin -> stdout
     assert r.returncode == 0 and r.stdout == DATA, r.stderr
     info = run_cli("info", tmp_path / "cli.dc").stdout.decode()
-    assert "frames          4 (at most 2,400 bytes each)" in info and "bytes 7,200 ... 8,000" in info
+    assert "frames          4 (at most 1,200 bytes each)" in info and "bytes 3,600 ... 4,000" in info
     for bad in (["--range", "9:3"], ["--range", "5", "-t"]):
         r = run_cli("decode", *bad, tmp_path / "cli.dc")
         assert r.returncode == 2 and b"Traceback" not in r.stderr
-    r = run_cli("decode", "--range", "9000:", tmp_path / "cli.dc")
+    r = run_cli("decode", "--range", "5000:", tmp_path / "cli.dc")
     assert r.returncode == 1 and r.stderr.decode().count("\n") == 1 and "outside" in r.stderr.decode()
 
 

@@ -21,8 +21,8 @@ def test_estimate_matches_a_real_encode(tiny, row):
     """Two blocks (state carried across), four lanes, a ragged end: the estimate is the range
     coder's payload to within its flush, a few bytes per block."""
     _, model = tiny
-    data = corpus("alice29.txt")[30_000:42_001]
-    knobs = dict(block_size=7_000, lanes=4, device="cpu") if row != "online" else dict(NET, block_size=7_000)
+    data = corpus("alice29.txt")[30_000:37_001]
+    knobs = dict(block_size=4_000, lanes=4, device="cpu") if row != "online" else dict(NET, block_size=4_000)
     settings, start = row_settings(row, len(data), model, **knobs)
     m = measure(data, settings, start, row, positions=True)
     c = confirm(data, m, start)

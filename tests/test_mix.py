@@ -141,7 +141,7 @@ def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(expe
     text = corpus("alice29.txt")[:3000]
     geo = corpus("calgary_geo_8k")[:2400]  # records of 4 bytes: the record context
     pieces = [text[:1500], noise, text[1500:1501], text[1501:] + text[:900], geo]  # the repeat: match model
-    settings = settings_with(experts, lanes=3, segment_len=5)
+    settings = settings_with(experts, lanes=3, segment_len=16)
     enc, dec = Codec(settings), Codec(settings)
     payloads = [encode_block(enc, p) for p in pieces]
     assert [decode_block(dec, c, len(p)) for c, p in zip(payloads, pieces, strict=True)] == pieces
@@ -222,11 +222,11 @@ def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
 
 
 def test_the_experts_learn_and_the_mixer_weights_move():
-    data = corpus("alice29.txt")[:6000]
+    data = corpus("alice29.txt")[:3000]
     off, on = (measure(data, settings_with(e, lanes=2), None).bits for e in ("", ALL))
-    assert on < 0.97 * off  # statistics help an online network that starts from nothing
+    assert on < 0.97 * off  # statistics help an online network that starts from nothing (0.61 here)
     codec = Codec(settings_with(ALL, lanes=2))
-    encode_block(codec, data)
+    encode_block(codec, data[:1000])
     assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.w0)
 
 
