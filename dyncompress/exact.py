@@ -647,6 +647,7 @@ class ExactAdapter:
         self.limit = float(W_MAX << FM)
         self.R = self.D = None
         self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
+        self.compiled = master.device.type == "cpu" and master.is_contiguous()  # the stream rule's one pass
         self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
         dev = master.device
         if ms is not None and settings.rule in ("rms", "rms-decay"):
@@ -673,7 +674,7 @@ class ExactAdapter:
 
     def reset(self) -> None:
         self.steps = 0
-        self.v = self.m = None
+        self.v = self.m = self._rms = None
         self.b1_pow = self.b2_pow = Fraction(1)
 
     def state_dict(self) -> dict:
@@ -710,7 +711,7 @@ class ExactAdapter:
         elif self.R is not None:
             theta.sub_(torch.mul(g, self._rates(significant(scale, 11)), out=work).round_())
         else:
-            self._stream_step(torch.mul(g, significant(scale / 16, 22), out=work).round_())
+            self._stream_step(g, significant(scale / 16, 22))
         if s.rule == "rms-decay" and s.decay > 0:
             D = self.D if self.D is not None else self._decay_rates(self._rms)
             theta.add_(torch.sub(self.theta0, theta, out=work).mul_(D).round_())
@@ -749,30 +750,47 @@ class ExactAdapter:
             self._rates_for = c
         return self._rc
 
-    def _stream_step(self, gm: torch.Tensor) -> None:
-        """RMSprop / Adam on statistics gathered from the stream; gm: mean gradient, units 2^-28."""
+    def _stream_step(self, g: torch.Tensor, c: float) -> None:
+        """RMSprop / Adam on statistics gathered from the stream; the mean gradient is round(g c),
+        units 2^-28. On the CPU one compiled pass (`update_kernels`), elsewhere torch's calls: the
+        same integers either way."""
         s = self.s
-        gm = gm.clamp_(-float(1 << 26), float(1 << 26))  # |mean gradient| <= 1/4 per parameter
         if self.v is None:
-            self.v = torch.zeros_like(gm)
+            self.v = torch.zeros_like(g)
             if s.rule == "rms" and s.beta1 > 0:
-                self.m = torch.zeros_like(gm)
+                self.m = torch.zeros_like(g)
+        if self._rms is None:
+            self._rms = torch.zeros_like(g)
         self.steps += 1
         self.b1_pow *= Fraction(s.beta1)
         self.b2_pow *= Fraction(s.beta2)
+        # Adam: step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t
+        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
+        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
+        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
+        lr = float(min(lr, (1 << 26) - 1))
+        eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
+        if self.compiled and g.is_contiguous():
+            from .update_kernels import stream_step
+
+            m = self.m if self.m is not None else self.v[:1]
+            arrays = (t.detach().numpy() for t in (self.master, self.v, m, self._rms, g))
+            stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
+        else:
+            self._stream_step_torch(torch.mul(g, c, out=self.work).round_(), lr, eps)
+
+    def _stream_step_torch(self, gm: torch.Tensor, lr: float, eps: float) -> None:
+        """`_stream_step` in torch's calls (any device), gm = round(g c)."""
+        s = self.s
+        gm = gm.clamp_(-float(1 << 26), float(1 << 26))  # |mean gradient| <= 1/4 per parameter
         self.v.mul_(s.beta2).round_().add_(torch.mul(gm, gm).mul_(1 - s.beta2).round_())  # < 2^52
         num = gm
         if self.m is not None:
             self.m.mul_(s.beta1).round_().add_(torch.mul(gm, 1 - s.beta1).round_())
             num = self.m
         self._rms = rms = floor_sqrt_(self.v)  # units 2^-28, < 2^26
-        # Adam: step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t
-        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
-        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
-        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
-        eps = max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28)))
         # |num * lr| <= 2^26 * 2^26: exact
-        self.master.sub_(floor_div_(num.mul(float(min(lr, (1 << 26) - 1))), rms.add(float(eps))))
+        self.master.sub_(floor_div_(num.mul(lr), rms.add(eps)))
 
 
 def _significant_array(x: np.ndarray, bits: int) -> np.ndarray:

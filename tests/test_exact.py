@@ -235,6 +235,31 @@ def test_the_stream_rule_follows_rmsprop():
     assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
 
 
+STREAM_RULES = [("rms", dict(beta1=0.9)), ("rms", dict(beta1=0.0)), ("rms-decay", dict(decay=1e-2))]
+
+
+@pytest.mark.parametrize("rule,kw", STREAM_RULES)
+def test_the_compiled_stream_step_is_the_torch_calls_bit_for_bit(rule, kw):
+    """On the CPU the stream rule runs as one compiled pass (`update_kernels`); the torch calls it
+    replaced still run on other devices. Both give the same integers (weights, statistics, roots)
+    step after step, on gradients from tiny to past the mean gradient's bound."""
+    rng = np.random.default_rng(11)
+    s, master, start = _adapter(rule, lr=2e-3, clip=0.0, **kw)
+    compiled, calls = ExactAdapter(s, master.clone(), None, start), ExactAdapter(s, master.clone(), None, start)
+    assert compiled.compiled
+    calls.compiled = False  # as on a GPU
+    for step in range(8):
+        scale = [2.0**4, 2.0**16, 2.0**24, 2.0**30][step % 4]
+        g = torch.from_numpy(np.round(rng.standard_cauchy(master.numel()) * scale).clip(-(2.0**30), 2.0**30))
+        compiled.update(g.clone(), 1 + step % 3)
+        calls.update(g.clone(), 1 + step % 3)
+        assert torch.equal(compiled.master, calls.master), step
+        assert torch.equal(compiled.v, calls.v) and torch.equal(compiled._rms, calls._rms), step
+        assert (compiled.m is None) == (calls.m is None) and (compiled.m is None or torch.equal(compiled.m, calls.m))
+    assert (compiled.m is not None) == (kw.get("beta1", 0) > 0)
+    assert not torch.equal(compiled.master, master)  # it moved
+
+
 def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
     """Steps of ~1e-4 of a weight's size change the forward copy (2^-20 units) of most weights."""
     s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
