@@ -41,6 +41,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from . import update_kernels as kernels
 from .mlstm import ALPHABET, CarriedState, MLSTMShape, unflatten
 from .settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
 
@@ -706,14 +707,23 @@ class ExactAdapter:
         g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
         scale = self._scale(g, min(big, self.G_MAX), Fraction(gain, count)) * (1 << (FM - G))  # units 2^-16 -> 2^-32
         theta, work = self.master, self.work
+        compiled, decay = self.compiled and g.is_contiguous(), s.rule == "rms-decay" and s.decay > 0
         if s.rule == "sgd":
             theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
         elif self.R is not None:
-            theta.sub_(torch.mul(g, self._rates(significant(scale, 11)), out=work).round_())
+            c = significant(scale, 11)
+            if compiled:  # one pass: the step, the pull and the bound (`update_kernels`)
+                D = self.D if decay else self.R
+                kernels.rate_step(*_arrays(theta, g, self.R), c, *_arrays(self.theta0, D), decay, self.limit)
+                return
+            theta.sub_(torch.mul(g, self._rates(c), out=work).round_())
         else:
             self._stream_step(g, significant(scale / 16, 22))
-        if s.rule == "rms-decay" and s.decay > 0:
-            D = self.D if self.D is not None else self._decay_rates(self._rms)
+        D = (self.D if self.D is not None else self._decay_rates(self._rms)) if decay else None
+        if compiled:
+            kernels.settle(*_arrays(theta, self.theta0, D if decay else theta), decay, self.limit)
+            return
+        if decay:
             theta.add_(torch.sub(self.theta0, theta, out=work).mul_(D).round_())
         theta.clamp_(-self.limit, self.limit)
 
@@ -771,11 +781,9 @@ class ExactAdapter:
         lr = float(min(lr, (1 << 26) - 1))
         eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
         if self.compiled and g.is_contiguous():
-            from .update_kernels import stream_step
-
             m = self.m if self.m is not None else self.v[:1]
-            arrays = (t.detach().numpy() for t in (self.master, self.v, m, self._rms, g))
-            stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
+            arrays = _arrays(self.master, self.v, m, self._rms, g)
+            kernels.stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
         else:
             self._stream_step_torch(torch.mul(g, c, out=self.work).round_(), lr, eps)
 
@@ -791,6 +799,11 @@ class ExactAdapter:
         self._rms = rms = floor_sqrt_(self.v)  # units 2^-28, < 2^26
         # |num * lr| <= 2^26 * 2^26: exact
         self.master.sub_(floor_div_(num.mul(lr), rms.add(eps)))
+
+
+def _arrays(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """CPU tensors as numpy arrays on the same memory (for the compiled kernels)."""
+    return [t.detach().numpy() for t in tensors]
 
 
 def _significant_array(x: np.ndarray, bits: int) -> np.ndarray:

@@ -49,7 +49,12 @@ from dyncompress.settings import MixSettings
 experts = Experts(MixSettings(table_bits=10, history_bits=12), 2)  # numba loads its compiled kernels
 freqs, used = experts.mix(np.zeros((2, 256)))  # (float64 logits, as the network gives them)
 experts.learn(used, freqs, np.zeros(2, dtype=np.int64), 2)
-del experts, freqs, used
+from dyncompress import update_kernels as uk
+w = np.zeros(1)
+uk.stream_step(w, w.copy(), w.copy(), w.copy(), w.copy(), 1.0, 0.5, 0.5, 0.5, 0.5, True, 1.0, 1.0)
+uk.rate_step(w, w, w, 1.0, w, w, True, 1.0)
+uk.settle(w, w, w, True, 1.0)
+del experts, freqs, used, w
 sock = socket.socket(fileno=int(sys.argv[1]))
 while True:
     try:

@@ -235,29 +235,45 @@ def test_the_stream_rule_follows_rmsprop():
     assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
 
 
-STREAM_RULES = [("rms", dict(beta1=0.9)), ("rms", dict(beta1=0.0)), ("rms-decay", dict(decay=1e-2))]
+# (rule, calibrated MS_g, knobs): the stream rule with and without momentum and decay, the
+# calibrated rules, sgd
+COMPILED_RULES = [
+    ("rms", False, dict(beta1=0.9)),
+    ("rms", False, dict(beta1=0.0)),
+    ("rms-decay", False, dict(decay=1e-2)),
+    ("rms", True, {}),
+    ("rms-decay", True, dict(decay=1e-2)),
+    ("sgd", False, dict(lr=0.1)),
+]
 
 
-@pytest.mark.parametrize("rule,kw", STREAM_RULES)
-def test_the_compiled_stream_step_is_the_torch_calls_bit_for_bit(rule, kw):
-    """On the CPU the stream rule runs as one compiled pass (`update_kernels`); the torch calls it
+@pytest.mark.parametrize("rule,calibrated,kw", COMPILED_RULES)
+def test_the_compiled_update_is_the_torch_calls_bit_for_bit(rule, calibrated, kw):
+    """On the CPU the update runs as compiled passes (`update_kernels`); the torch calls they
     replaced still run on other devices. Both give the same integers (weights, statistics, roots)
-    step after step, on gradients from tiny to past the mean gradient's bound."""
+    step after step, on gradients from tiny to past the bounds (weights pushed to their limit)."""
     rng = np.random.default_rng(11)
-    s, master, start = _adapter(rule, lr=2e-3, clip=0.0, **kw)
-    compiled, calls = ExactAdapter(s, master.clone(), None, start), ExactAdapter(s, master.clone(), None, start)
+    s, master, start = _adapter(rule, **{"lr": 2e-3, "clip": 0.0, **kw})
+    ms = torch.from_numpy(np.abs(rng.normal(size=master.numel())) * 1e-5) if calibrated else None
+    limit = ExactAdapter(s, master, ms, start).limit
+    master[::50] = limit * torch.sign(master[::50])  # every 50th weight at its bound: steps push some past it
+    compiled, calls = ExactAdapter(s, master.clone(), ms, start), ExactAdapter(s, master.clone(), ms, start)
     assert compiled.compiled
     calls.compiled = False  # as on a GPU
+    held = []  # the largest |weight| after each step
     for step in range(8):
         scale = [2.0**4, 2.0**16, 2.0**24, 2.0**30][step % 4]
         g = torch.from_numpy(np.round(rng.standard_cauchy(master.numel()) * scale).clip(-(2.0**30), 2.0**30))
         compiled.update(g.clone(), 1 + step % 3)
         calls.update(g.clone(), 1 + step % 3)
         assert torch.equal(compiled.master, calls.master), step
-        assert torch.equal(compiled.v, calls.v) and torch.equal(compiled._rms, calls._rms), step
-        assert (compiled.m is None) == (calls.m is None) and (compiled.m is None or torch.equal(compiled.m, calls.m))
-    assert (compiled.m is not None) == (kw.get("beta1", 0) > 0)
+        held.append(float(compiled.master.abs().max()))
+        if not calibrated and rule != "sgd":
+            assert torch.equal(compiled.v, calls.v) and torch.equal(compiled._rms, calls._rms), step
+            assert (compiled.m is None) == (calls.m is None)
+            assert compiled.m is None or torch.equal(compiled.m, calls.m)
     assert not torch.equal(compiled.master, master)  # it moved
+    assert max(held) == limit  # and weights pushed past their bound were held there
 
 
 def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
