@@ -648,7 +648,7 @@ class ExactAdapter:
         self.limit = float(W_MAX << FM)
         self.R = self.D = None
         self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
-        self.compiled = master.device.type == "cpu" and master.is_contiguous()  # the stream rule's one pass
+        self.compiled = master.device.type == "cpu"  # the update as compiled passes (`update_kernels`)
         self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
         dev = master.device
         if ms is not None and settings.rule in ("rms", "rms-decay"):
@@ -707,7 +707,7 @@ class ExactAdapter:
         g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
         scale = self._scale(g, min(big, self.G_MAX), Fraction(gain, count)) * (1 << (FM - G))  # units 2^-16 -> 2^-32
         theta, work = self.master, self.work
-        compiled, decay = self.compiled and g.is_contiguous(), s.rule == "rms-decay" and s.decay > 0
+        compiled, decay = self.compiled, s.rule == "rms-decay" and s.decay > 0
         if s.rule == "sgd":
             theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
         elif self.R is not None:
@@ -780,7 +780,7 @@ class ExactAdapter:
         lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
         lr = float(min(lr, (1 << 26) - 1))
         eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
-        if self.compiled and g.is_contiguous():
+        if self.compiled:
             m = self.m if self.m is not None else self.v[:1]
             arrays = _arrays(self.master, self.v, m, self._rms, g)
             kernels.stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
@@ -802,7 +802,7 @@ class ExactAdapter:
 
 
 def _arrays(*tensors: torch.Tensor) -> list[np.ndarray]:
-    """CPU tensors as numpy arrays on the same memory (for the compiled kernels)."""
+    """CPU tensors as numpy arrays on the same memory, strides and all (the compiled kernels take any)."""
     return [t.detach().numpy() for t in tensors]
 
 
