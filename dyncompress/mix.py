@@ -52,10 +52,15 @@ and whether it saw one byte only; the previous byte; hashes of the last two byte
 and the current word), and learns them online, after every byte, by the gradient of the code
 length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own rate, which starts
 16 times mix_lr and falls to it as the row learns (rarely chosen rows of the hashed sets learn
-fast, the busy ones settle). A last stage (apm, paq's adaptive probability map) refines z:
-every byte's logit gains a correction read from a table row chosen by the previous byte, at that
-byte's cost under the mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient
-of the code length of what was coded (0.1 ... 0.3 % on most texts), and a second one from a row
+fast, the busy ones settle). There are two such mixers over the same rows and inputs, the second
+learning at half the rate, each from its own p; z is the mean of their logits (alice29 0.3 %
+smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %; one mixer
+at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter and
+the full rate costs obj2, a learned final weighting of the two is worse than the mean).
+A last stage (apm, paq's adaptive probability map) refines z: every byte's logit gains a
+correction read from a table row chosen by the previous byte, at that byte's cost under the
+mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient of the code length
+of what was coded (0.1 ... 0.3 % on most texts), and a second one from a row
 chosen by the previous byte with the byte itself (65,536 rows, each learning from its own byte's
 share of the gradient: what this pair of bytes did after the mixer gave it that cost;
 0.06 ... 0.16 % on text, pic 0.25 % worse). Everything is integer arithmetic (weights in units
@@ -221,6 +226,8 @@ class Experts:
         self._tags = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._f0 = np.zeros((B, 256), dtype=np.int64)  # the mixer's own frequencies (before the APM)
         self._apm_at = np.zeros((B, 256), dtype=np.int64)
+        # the two mixers' logits and frequencies (what each learns from)
+        self._z_fast, self._z_slow, self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int64) for _ in range(4))
         self.reset()
 
     def memory(self) -> int:
@@ -242,6 +249,7 @@ class Experts:
         # match: 1 + the flat history index that followed each hashed context (0: none yet)
         self.match_table = np.zeros(1 << self.s.table_bits if self.use_match else 1, dtype=np.int64)
         self.W = self.w0.copy()
+        self.W_slow = self.w0.copy()
         self.apm = np.zeros((256 if self.use_apm else 0, APM_BUCKETS), dtype=np.int64)  # corrections, units 2^-12
         self.apm2 = np.zeros((1 << 16 if self.use_apm else 0, APM_BUCKETS), dtype=np.int32)  # (previous byte, byte)
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
@@ -255,8 +263,8 @@ class Experts:
         self.lines = np.zeros((B, 2), dtype=np.int64)  # where the current line and the one before it start
 
     ARRAYS = (
-        "counts", "tags", "recent", "hist", "match_table", "W", "updates", "last", "pos", "word", "ptr", "mlen", "apm",
-        "apm2", "rec_at", "rec", "lines",
+        "counts", "tags", "recent", "hist", "match_table", "W", "W_slow", "updates", "last", "pos", "word", "ptr",
+        "mlen", "apm", "apm2", "rec_at", "rec", "lines",
     )  # fmt: skip
 
     def state(self) -> dict[str, np.ndarray]:
@@ -286,10 +294,11 @@ class Experts:
             self.use_match, self.counts, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
-            self._apm_at,
+            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
-        return freqs, {"z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer}
+        used = {"z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer}
+        return freqs, used | {"f_fast": self._f_fast, "f_slow": self._f_slow}
 
     # --- learning -------------------------------------------------------------------
 
@@ -303,8 +312,8 @@ class Experts:
             coded = np.ascontiguousarray(freqs, dtype=np.int64)
             kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
         kernels.mixer_learn(
-            used["E"], used["sets"], used["f0"], y, k, self.W, self.updates, self.lr, self.lr_start, RATE_SETTLE,
-            W_BOUND,
+            used["E"], used["sets"], used["f_fast"], used["f_slow"], y, k, self.W, self.W_slow, self.updates, self.lr,
+            self.lr_start, RATE_SETTLE, W_BOUND,
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(

@@ -158,11 +158,13 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
 def mix_step(
     logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
 ):  # fmt: skip
     """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
-    the coded frequencies (`frequencies`). The first n_seen of the K count tables choose the
+    the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
+    weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
+    frequencies f_fast and f_slow each learns from (`mixer_learn`). The first n_seen of the K count tables choose the
     highest context seen (the record context, last, does not). n_ppm: the order tables the PPM
     input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
@@ -171,6 +173,7 @@ def mix_step(
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
     weights = np.empty(n_in, dtype=np.int64)
+    weights_slow = np.empty(n_in, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
     p = np.empty(256, dtype=np.int64)
     for b in range(B):
@@ -226,14 +229,23 @@ def mix_step(
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
         for i in range(n_in):
             w = 0
+            w_slow = 0
             for s in range(sets.shape[1]):
                 w += W[sets[b, s], i]
+                w_slow += W_slow[sets[b, s], i]
             weights[i] = w
+            weights_slow[i] = w_slow
         for j in range(256):
             acc = 0
+            acc_slow = 0
             for i in range(n_in):
                 acc += weights[i] * E[b, i, j]
-            z[b, j] = min(max(acc >> 16, -z_bound), z_bound)
+                acc_slow += weights_slow[i] * E[b, i, j]
+            z_fast[b, j] = min(max(acc >> 16, -z_bound), z_bound)
+            z_slow[b, j] = min(max(acc_slow >> 16, -z_bound), z_bound)
+            z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
+    frequencies(z_fast, exp, f_fast)
+    frequencies(z_slow, exp, f_slow)
     if apm.shape[0] == 0:
         frequencies(z, exp, freqs)
         return
@@ -299,15 +311,11 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_learn(E, sets, freqs, y, k, W, updates, lr, lr_start, settle, w_bound):
-    """The mixer's step after byte y: every chosen row -= rate * (sum_j p_j e_ij - e_iy), each row at
-    its own rate from the steps it had taken before this one."""
+def mixer_step(E, sets, freqs, y, k, W, rate, w_bound):
+    """One mixer's step after byte y: every chosen row -= rate * (sum_j p_j e_ij - e_iy), p its own
+    frequencies, each row at its rate (k, S); then the rows are held within +-w_bound."""
     n_in = E.shape[1]
     S = sets.shape[1]
-    rate = np.empty((k, S), dtype=np.int64)
-    for b in range(k):
-        for s in range(S):
-            rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
     g = np.empty(n_in, dtype=np.int64)
     for b in range(k):
         for i in range(n_in):
@@ -321,12 +329,29 @@ def mixer_learn(E, sets, freqs, y, k, W, updates, lr, lr_start, settle, w_bound)
                 W[row, i] -= (g[i] * rate[b, s] + (1 << 15)) >> 16
     for b in range(k):
         for s in range(S):
-            updates[sets[b, s]] += 1
-    for b in range(k):
-        for s in range(S):
             row = sets[b, s]
             for i in range(n_in):
                 W[row, i] = min(max(W[row, i], -w_bound), w_bound)
+
+
+@njit(cache=True)
+def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+    """Both mixers' steps after byte y, each chosen row at its own rate from the steps it had taken
+    before this one: max(lr, lr_start / (settle + steps)) for W, half that (each term halved,
+    floored) for W_slow."""
+    S = sets.shape[1]
+    rate = np.empty((k, S), dtype=np.int64)
+    for b in range(k):
+        for s in range(S):
+            rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
+    mixer_step(E, sets, f_fast, y, k, W, rate, w_bound)
+    for b in range(k):
+        for s in range(S):
+            rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
+    mixer_step(E, sets, f_slow, y, k, W_slow, rate, w_bound)
+    for b in range(k):
+        for s in range(S):
+            updates[sets[b, s]] += 1
 
 
 @njit(cache=True)

@@ -117,6 +117,35 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
                 assert evidence[j] <= 4096 * math.log(2.0**-29)
 
 
+def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
+    """The mixed logits are the mean of two mixers' over the same rows (each the sum of its chosen
+    rows times the evidence, in units of 2^-16, clamped); from equal weights, the second's step is
+    half the first's; they part, each learning from its own frequencies."""
+    experts = feed(Experts(MixSettings(experts="orders,match", table_bits=12), 1), corpus("alice29.txt")[:2000])
+    assert not np.array_equal(experts.W, experts.W_slow)
+    experts.W_slow[...] = experts.W
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    w = experts.W.copy()
+    experts.learn(used, freqs, np.array([ord("a")]), 1)
+    rows = used["sets"][0]
+    fast, slow = experts.W[rows] - w[rows], experts.W_slow[rows] - w[rows]
+    assert np.abs(fast).max() > 100 and np.abs(slow - fast / 2).max() <= 1
+    feed(experts, corpus("alice29.txt")[2000:2500])
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    E, rows = used["E"][0], used["sets"][0]
+    z_fast, z_slow = (np.clip((W[rows].sum(axis=0) @ E) >> 16, -Z_BOUND, Z_BOUND) for W in (experts.W, experts.W_slow))
+    assert not np.array_equal(z_fast, z_slow)
+    assert np.array_equal(used["z"][0], (z_fast + z_slow) >> 1)
+    assert np.array_equal(used["f_fast"][0], integer_frequencies_of(z_fast))
+    assert np.array_equal(freqs[0], integer_frequencies_of((z_fast + z_slow) >> 1))
+
+
+def integer_frequencies_of(z: np.ndarray) -> np.ndarray:
+    out = np.zeros((1, 256), dtype=np.int64)
+    integer_frequencies(z[None].astype(np.int64), checked_tables()[2], out)
+    return out[0]
+
+
 def test_the_apm_starts_as_the_identity_and_learns_from_what_was_coded():
     """With its table at zero the APM codes the mixer's own frequencies; it then learns (the
     coded ones differ), and its bucket of a byte's cost is -log2 p within the straight line's error."""
