@@ -164,7 +164,7 @@ def mix_step(
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
     the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
     weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
-    frequencies f_fast and f_slow each learns from (`mixer_learn`). The first n_seen of the K count tables choose the
+    probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`). The first n_seen of the K count tables choose the
     highest context seen (the record context, last, does not). n_ppm: the order tables the PPM
     input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
@@ -174,6 +174,8 @@ def mix_step(
     n_count_edges = count_edges.shape[0]
     weights = np.empty(n_in, dtype=np.int64)
     weights_slow = np.empty(n_in, dtype=np.int64)
+    acc = np.empty(256, dtype=np.int64)
+    acc_slow = np.empty(256, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
     p = np.empty(256, dtype=np.int64)
     for b in range(B):
@@ -235,17 +237,20 @@ def mix_step(
                 w_slow += W_slow[sets[b, s], i]
             weights[i] = w
             weights_slow[i] = w_slow
+        for j in range(256):  # input by input: the inner loops run along contiguous rows
+            acc[j] = 0
+            acc_slow[j] = 0
+        for i in range(n_in):
+            w, w_slow = weights[i], weights_slow[i]
+            for j in range(256):
+                acc[j] += w * E[b, i, j]
+                acc_slow[j] += w_slow * E[b, i, j]
         for j in range(256):
-            acc = 0
-            acc_slow = 0
-            for i in range(n_in):
-                acc += weights[i] * E[b, i, j]
-                acc_slow += weights_slow[i] * E[b, i, j]
-            z_fast[b, j] = min(max(acc >> 16, -z_bound), z_bound)
-            z_slow[b, j] = min(max(acc_slow >> 16, -z_bound), z_bound)
+            z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
+            z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
             z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
-    frequencies(z_fast, exp, f_fast)
-    frequencies(z_slow, exp, f_slow)
+    shares(z_fast, exp, f_fast)
+    shares(z_slow, exp, f_slow)
     if apm.shape[0] == 0:
         frequencies(z, exp, freqs)
         return
@@ -494,6 +499,26 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
             ptr[b] = cand
     for b in range(k - 1, -1, -1):  # the lowest lane files last
         match_table[slots[b]] = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
+
+
+@njit(cache=True)
+def shares(z, exp, out):
+    """Every byte's probability under integer logits z (B, 256; units 2^-12) in units of 2^-24, for
+    a mixer's gradient (not coded): the exponentials of `frequencies`, each times one reciprocal
+    of their sum, floored (one division per lane, not 256)."""
+    cap = exp.shape[0] - 1
+    e = np.empty(256, dtype=np.int64)
+    for b in range(z.shape[0]):
+        top = z[b, 0]
+        for j in range(256):
+            top = max(top, z[b, j])
+        total = 0
+        for j in range(256):
+            e[j] = exp[min((top - z[b, j] + 2) >> 2, cap)]
+            total += e[j]
+        inv = (np.int64(1) << 56) // total  # exp[0] = 2^32 <= total <= 2^40: 2^16 <= inv <= 2^24
+        for j in range(256):
+            out[b, j] = (e[j] * inv) >> 32
 
 
 @njit(cache=True)
