@@ -164,9 +164,9 @@ def mix_step(
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
     the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
     weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
-    probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`). The first n_seen of the K count tables choose the
-    highest context seen (the record context, last, does not). n_ppm: the order tables the PPM
-    input reads (0: none).
+    probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`). The first n_seen
+    of the K count tables choose the highest context seen (the record context, last, does not).
+    n_ppm: the order tables the PPM input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
     those of z refined by `apm_refine`."""
     B = logits.shape[0]
@@ -501,21 +501,29 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
         match_table[slots[b]] = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
 
 
+@njit(cache=True, inline="always")
+def exponentials(zb, exp, e):
+    """e_j = exp[round(2^-2 (max - z_j))] (half up) for one lane's integer logits zb (256; units
+    2^-12), the table's last entry (0) standing for everything beyond its range; returns their sum."""
+    cap = exp.shape[0] - 1
+    top = zb[0]
+    for j in range(256):
+        top = max(top, zb[j])
+    total = 0
+    for j in range(256):
+        e[j] = exp[min((top - zb[j] + 2) >> 2, cap)]
+        total += e[j]
+    return total
+
+
 @njit(cache=True)
 def shares(z, exp, out):
     """Every byte's probability under integer logits z (B, 256; units 2^-12) in units of 2^-24, for
     a mixer's gradient (not coded): the exponentials of `frequencies`, each times one reciprocal
     of their sum, floored (one division per lane, not 256)."""
-    cap = exp.shape[0] - 1
     e = np.empty(256, dtype=np.int64)
     for b in range(z.shape[0]):
-        top = z[b, 0]
-        for j in range(256):
-            top = max(top, z[b, j])
-        total = 0
-        for j in range(256):
-            e[j] = exp[min((top - z[b, j] + 2) >> 2, cap)]
-            total += e[j]
+        total = exponentials(z[b], exp, e)
         inv = (np.int64(1) << 56) // total  # exp[0] = 2^32 <= total <= 2^40: 2^16 <= inv <= 2^24
         for j in range(256):
             out[b, j] = (e[j] * inv) >> 32
@@ -525,18 +533,12 @@ def shares(z, exp, out):
 def frequencies(z, exp, out):
     """`exact.frequencies` of integer logits z (B, 256; units 2^-12), in integers: the same
     table index round(2^-2 (max - z)) (half up), the same exponentials, shares and remainder."""
-    cap = exp.shape[0] - 1  # the table's last entry (0) stands for everything beyond its range
     total_f = np.int64(1) << 24
     e = np.empty(256, dtype=np.int64)
     for b in range(z.shape[0]):
-        top = z[b, 0]
-        for j in range(256):
-            top = max(top, z[b, j])
-        total = 0
+        total = exponentials(z[b], exp, e)
         best, best_e = 0, np.int64(-1)
         for j in range(256):
-            e[j] = exp[min((top - z[b, j] + 2) >> 2, cap)]
-            total += e[j]
             if e[j] > best_e:  # the first most probable byte
                 best, best_e = j, e[j]
         given = 0
