@@ -297,8 +297,10 @@ class Experts:
             self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
-        used = {"z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer}
-        return freqs, used | {"f_fast": self._f_fast, "f_slow": self._f_slow}
+        return freqs, {
+            "z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer,
+            "f_fast": self._f_fast, "f_slow": self._f_slow,
+        }  # fmt: skip
 
     # --- learning -------------------------------------------------------------------
 
