@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .auto import PROBE_BYTES, choose_start
 from .codec import Codec, block_spans, fingerprint
 from .container import (
     END_SIZE,
@@ -51,7 +52,7 @@ from .model import find as find_model
 from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
 from .predictor import predictor_record
 from .progress import Progress
-from .settings import Settings, default_device, default_threads, make_settings, usable_cores
+from .settings import AUTO_MODEL, Settings, default_device, default_threads, make_settings, usable_cores
 
 
 def resolve_model(model: str | Model | None) -> Model | None:
@@ -85,8 +86,10 @@ def _describe(record: dict) -> str:
 class Compressor:
     """Incremental compression: `compress(chunk) -> bytes` any number of times, then `flush()`.
 
-    `model`: an installed model's name, a model file's path, or a `Model` (default: the shipped
-    default model); None for online mode (a seeded random start that learns from the stream only).
+    `model`: an installed model's name, a model file's path, or a `Model`; None for online mode (a
+    seeded random start that learns from the stream only); "auto" (the default): the shipped
+    default model, or online mode where that model does not fit the input (`auto`; `probe` then
+    holds what decided).
     Nothing is coded before the first block is full or `flush()` is called, so an input shorter
     than one block gets the same size-aware settings as a one-shot `compress()` of it.
 
@@ -100,14 +103,20 @@ class Compressor:
         self,
         settings: Settings | None = None,
         *,
-        model: str | Model | None = DEFAULT_MODEL,
+        model: str | Model | None = AUTO_MODEL,
         size_hint: int | None = None,
         progress: Progress | None = None,
         workers: int | Executor | None = None,
         **overrides,
     ) -> None:
-        self.model = resolve_model(model)
-        self._choose = lambda size: make_settings(settings, size_hint=size, model=self.model, **overrides)
+        # "auto": the shipped model, or online mode where it does not fit the input (`auto`), chosen
+        # when the first block is read; `probe` is then the model's bits per byte on its start
+        self._auto = isinstance(model, str) and model == AUTO_MODEL and settings is None
+        self.model = resolve_model(DEFAULT_MODEL if self._auto else model)
+        self._overrides, self._online, self.probe = overrides, {}, None
+        self._choose = lambda size: make_settings(
+            settings, size_hint=size, model=self.model, **{**self._online, **overrides}
+        )
         try:
             self.settings = self._choose(size_hint)
         except ValueError as e:
@@ -130,7 +139,12 @@ class Compressor:
     def _start(self, size: int | None) -> bytes:
         """Settle the settings (size known only if the input ended within one block) and the header."""
         try:
-            if size is not None and not self._size_known:
+            if self._auto:
+                known = size if size is not None else self._size_hint
+                sample = bytes(self._pending[:PROBE_BYTES])
+                self.model, self._online, self.probe = choose_start(self.model, sample, known, self._overrides)
+                self.settings = self._choose(known)
+            elif size is not None and not self._size_known:
                 self.settings = self._choose(size)
             self._codec = Codec(self.settings, self.model)
             header = stream_header(self.settings, self.model)
@@ -462,7 +476,7 @@ class Decompressor:
 
 
 def compress(
-    data: bytes, model: str | Model | None = DEFAULT_MODEL, workers: int | Executor | None = None, **settings
+    data: bytes, model: str | Model | None = AUTO_MODEL, workers: int | Executor | None = None, **settings
 ) -> bytes:
     """`data` as one .dc stream (`workers`: code its frames in parallel, as for `Compressor`)."""
     comp = Compressor(model=model, size_hint=len(data), workers=workers, **settings)

@@ -25,7 +25,7 @@ from .container import END_SIZE, parse_end
 from .errors import DyncompressError
 from .model import Model
 from .parallel import Pool, encode_frame, worker_settings
-from .settings import Settings, make_settings, usable_cores
+from .settings import AUTO_MODEL, DEFAULT_MODEL, Settings, make_settings, usable_cores
 
 MAX_DECODED = 1 << 26  # a .dc file whose output is larger decodes in the main process (its frames in parallel)
 
@@ -129,9 +129,12 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
     """`Ahead`'s plan for `encode`: a file that fits in one frame, with the settings the ordinary
     path would choose for its size (with `--frame-size 0`, every file is one frame: those of at
     most one block go to the pool)."""
-    from .api import one_frame_stream
+    from .api import one_frame_stream, resolve_model
+    from .auto import PROBE_BYTES, choose_start
 
-    limit = _pooled_limit(make_settings(level=level, model=model, **knobs))
+    auto = isinstance(model, str) and model == AUTO_MODEL  # as `Compressor` does it, file by file
+    base = resolve_model(DEFAULT_MODEL) if auto else model
+    limit = _pooled_limit(make_settings(level=level, model=base, **knobs))
 
     def plan(path: str):
         if skip(path):
@@ -140,13 +143,16 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
         if data is None:
             return None
         try:
-            settings = make_settings(level=level, model=model, size_hint=len(data), **knobs)
+            start, online = base, {}
+            if auto:
+                start, online, _ = choose_start(base, data[:PROBE_BYTES], len(data), {"level": level, **knobs})
+            settings = make_settings(level=level, model=start, size_hint=len(data), **{**online, **knobs})
         except ValueError:
             return None
         if len(data) > _pooled_limit(settings):
             return None
-        job = (encode_job, worker_settings(settings, "threads" in knobs), model, data)
-        return data, job, lambda result: one_frame_stream(settings, model, data, result[0])
+        job = (encode_job, worker_settings(settings, "threads" in knobs), start, data)
+        return data, job, lambda result: one_frame_stream(settings, start, data, result[0])
 
     return plan
 

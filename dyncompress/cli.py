@@ -44,6 +44,7 @@ from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
 from .settings import (
+    AUTO_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     MODEL_DEFAULTS,
@@ -267,6 +268,17 @@ def _tables_line(settings: dict) -> list[str]:
     return [f"  tables          {size / 2**20:,.0f} MiB at most"] if size else []
 
 
+def _start_line(name: str, model, probe: float) -> str:
+    """What `encode -v` says of the start the probe chose (`auto`)."""
+    from .auto import ONLINE_ABOVE, PROBE_BYTES
+
+    what = f"model {model.name}" if model else "online mode"
+    return (
+        f"{name}: {what}: the model codes the first {PROBE_BYTES // 1024} kB at {probe:.2f} bits/byte "
+        f"(online above {ONLINE_ABOVE})"
+    )
+
+
 def _model_line(model) -> str:
     if not model:
         return "online (seeded random start)"
@@ -388,7 +400,7 @@ MODEL_HELP = (
     metavar="NAME|PATH",
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-    f".dcm file [{DEFAULT_MODEL}].",
+    f".dcm file [{DEFAULT_MODEL}, or online mode where it does not fit the input].",
 )
 @click.option(
     "--online",
@@ -458,7 +470,11 @@ def encode(
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
     By default the shipped pretrained model starts the coding and adapts to
-    each file. A level (-1 ... -9) picks the lanes and how often the network
+    each file, unless the input is unlike anything it learned (the model codes
+    its first 4 kB at more than 6.25 bits per byte: Chinese, Japanese, images,
+    object code). Such an input of 16 kB or more is coded in online mode with
+    a network of 128 units, which codes it smaller, at levels -3 ... -9 (-v
+    says which start was chosen; --model or --online decides it). A level (-1 ... -9) picks the lanes and how often the network
     adapts; any setting given explicitly overrides the level's:
 
     \b
@@ -480,6 +496,7 @@ def encode(
         raise click.UsageError("--online and --model contradict each other")
     if not online and "hidden" in knobs and not model:
         raise click.UsageError("--hidden sets the network of online mode; add --online")
+    auto = not online and not model  # the shipped model, or online mode where it does not fit (`auto`)
     try:
         model = None if online else resolve_model(model or DEFAULT_MODEL)
         make_settings(level=level, model=model, **knobs)
@@ -487,6 +504,8 @@ def encode(
         raise click.UsageError(str(e)) from None
     except DyncompressError as e:
         raise Fatal(str(e) + ("" if online or model else "; encode --online works without a model")) from None
+
+    start = AUTO_MODEL if auto else model
 
     def one(path: str, workers, ahead) -> None:
         ready = _take(ahead, path)  # coded in the pool already (many files), else None
@@ -504,11 +523,13 @@ def encode(
             progress = ProgressLine(_name(path), size, opts.verbosity >= 1)
             comp = None
             try:
-                comp = Compressor(level=level, model=model, size_hint=size, progress=progress, workers=workers, **knobs)
+                comp = Compressor(level=level, model=start, size_hint=size, progress=progress, workers=workers, **knobs)
                 while chunk := first or reader.read(CHUNK):
                     first = b""
                     writer.write(comp.compress(chunk))
                 writer.write(comp.flush())
+                if comp.probe is not None:
+                    opts.say(_start_line(_name(path), comp.model, comp.probe))
             finally:
                 if comp is not None:
                     comp.close()
@@ -520,7 +541,7 @@ def encode(
     def plan():
         from .batch import encode_plan
 
-        return encode_plan(level, model, knobs, lambda p: p.endswith(SUFFIX) and not opts.force)
+        return encode_plan(level, start, knobs, lambda p: p.endswith(SUFFIX) and not opts.force)
 
     _each_with_workers(files, opts, one, cluster, workers, knobs.get("device"), plan)
 

@@ -1,0 +1,65 @@
+"""The start a file codes from when none is asked for: the shipped model, or online mode.
+
+The shipped model learned English and other European text. On data unlike that (Chinese,
+Japanese, images, object code, tables of numbers) its prior costs more than it gives, even after
+100 kB of adaptation, and a network that starts from online mode's random seed codes smaller: on
+the first 100 kB of calgary/obj2 2.4404 bits per byte against 2.6251, calgary/pic 0.4071 against
+0.4552, Chinese (zho/digong) 2.5065 against 2.5703, Japanese (jpn/lowndes) 1.8217 against 1.8483;
+on every English and European text tried, and on source code, the model wins by 2 ... 10 %
+(BENCHMARKS.md, "Online mode where the model does not fit").
+
+So the encoder asks the model first: its network alone, as trained (no adaptation, no experts),
+codes the input's first PROBE_BYTES in PROBE_LANES lanes. Above ONLINE_ABOVE bits per byte the file
+is coded online; else with the model. On the shared corpora the text the model wins on cost it at
+most 5.9 bits per byte (calgary/trans), the data online mode wins on 6.4 or more (silesia/xml,
+obj2, every Japanese and Chinese text, images). The choice is the encoder's alone: the header
+records the start like any other setting, and a decoder follows it.
+"""
+
+from __future__ import annotations
+
+from .model import Model
+from .settings import DEFAULT_LEVEL, MODEL_LEVELS, make_settings
+
+PROBE_BYTES = 4096
+PROBE_LANES = 4
+ONLINE_ABOVE = 6.25  # bits per byte of the probe
+# online mode's settings when the probe chooses it, over the level's: the network of -2 (128
+# units at its rate) keeps most of what 256 units gain (first 100 kB: obj2 2.4831 against 2.4404,
+# pic 0.4101 / 0.4071, zho 2.5115 / 2.5065, jpn 1.8230 / 1.8217) at about 60 % of their time, about
+# 1.3 times the model's
+ONLINE = {"hidden": 128, "lr": 2e-3}
+AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)
+# knobs that tune the model's adaptation: given any of them, the model is what was asked for
+MODEL_KNOBS = frozenset(
+    {"rule", "lr", "decay", "eps", "clip", "beta1", "beta2", "sparse", "lora", "lora_on"}
+    | {"tlm_bits", "tlm_lambda", "tlm_lanes", "tlm_relative"}
+)
+
+
+def probe_bits(model: Model, sample: bytes, threads: int | None = None) -> float:
+    """Bits per byte of the model's network alone, as trained, on `sample`'s first PROBE_BYTES."""
+    from .measure import measure
+
+    sample = sample[:PROBE_BYTES]
+    extra = {} if threads is None else {"threads": threads}
+    settings = make_settings(model=model, rule="static", experts="", lanes=PROBE_LANES, **extra)
+    return measure(sample, settings, model).bits / max(1, len(sample))
+
+
+def considered(size: int | None, knobs: dict) -> bool:
+    """Whether the probe chooses the start: an input of at least AUTO_MIN bytes (or of a size not
+    known yet), a level that adapts (-1 and -2 promise the model's speed), and no knob of the
+    model's adaptation. `knobs`: the settings asked for (`level` among them, if one was)."""
+    static = MODEL_LEVELS[knobs.get("level") or DEFAULT_LEVEL].get("rule") == "static"
+    return (size is None or size >= AUTO_MIN) and not static and not MODEL_KNOBS & set(knobs)
+
+
+def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> tuple[Model | None, dict, float | None]:
+    """(the model, or None for online mode; the settings that go with it over `knobs`; the probe's
+    bits per byte, None where there was no probe) for an input of `size` bytes (None: not known)
+    that starts with `sample`."""
+    if not considered(size, knobs) or not sample:
+        return model, {}, None
+    bits = probe_bits(model, sample, knobs.get("threads"))
+    return (None, ONLINE, bits) if bits > ONLINE_ABOVE else (model, {}, bits)
