@@ -474,8 +474,10 @@ def encode(
     its first 4 kB at more than 6.25 bits per byte: Chinese, Japanese, images,
     object code). Such an input of 16 kB or more is coded in online mode with
     a network of 128 units, which codes it smaller, at levels -3 ... -9 (-v
-    says which start was chosen; --model or --online decides it). A level (-1 ... -9) picks the lanes and how often the network
-    adapts; any setting given explicitly overrides the level's:
+    says which start was chosen; --model or --online decides it).
+
+    A level (-1 ... -9) picks the lanes and how often the network adapts; any
+    setting given explicitly overrides the level's:
 
     \b
     -1, -2   the model as trained, no adaptation (32, 16 lanes): fastest

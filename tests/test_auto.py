@@ -1,0 +1,80 @@
+"""The default start: the shipped model, or online mode where the model does not fit the input."""
+
+import pytest
+
+from conftest import CORPORA, corpus, run_cli
+from dyncompress.api import Compressor, compress, decompress, resolve_model
+from dyncompress.auto import AUTO_MIN, ONLINE, ONLINE_ABOVE, PROBE_BYTES, choose_start, probe_bits
+from dyncompress.batch import encode_plan
+from dyncompress.container import parse_header
+from dyncompress.settings import DEFAULT_MODEL
+
+OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned
+TEXT = corpus("alice29.txt")[:AUTO_MIN]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return resolve_model(DEFAULT_MODEL)
+
+
+def header_of(packed: bytes) -> dict:
+    return parse_header(packed)[0]
+
+
+def test_the_probe_keeps_the_model_for_text_and_chooses_online_for_object_code(model):
+    start, online, bits = choose_start(model, TEXT, len(TEXT), {})
+    assert start is model and online == {} and 1.5 < bits < 3.0  # English: what it learned
+    start, online, bits = choose_start(model, OBJ1, len(OBJ1), {})
+    assert start is None and online == ONLINE and bits > ONLINE_ABOVE
+    # the probe reads the first PROBE_BYTES only, and a sample's bits are its own, not a constant
+    assert probe_bits(model, TEXT) == probe_bits(model, TEXT[:PROBE_BYTES]) != probe_bits(model, TEXT[5000:])
+
+
+@pytest.mark.parametrize(
+    "size, knobs",
+    [
+        (AUTO_MIN - 1, {}),  # too small to gain
+        (None, {"level": 1}),  # -1 and -2 promise the model's speed
+        (None, {"level": 2}),
+        (None, {"rule": "rms"}),  # a knob of the model's adaptation: the model was asked for
+        (None, {"lr": 1e-4}),
+        (None, {"sparse": 64}),
+    ],
+)
+def test_no_probe_where_the_model_was_asked_for_or_nothing_would_gain(model, size, knobs):
+    assert choose_start(model, OBJ1, size, knobs) == (model, {}, None)
+
+
+def test_object_code_is_coded_online_by_default_and_decodes_exactly(model):
+    comp = Compressor(size_hint=len(OBJ1), lanes=16)
+    packed = comp.compress(OBJ1) + comp.flush()
+    header = header_of(packed)
+    assert comp.model is None and comp.probe > ONLINE_ABOVE
+    assert header["model"] is None and header["settings"]["hidden"] == ONLINE["hidden"]
+    assert header["settings"]["adapt"]["lr"] == ONLINE["lr"]
+    assert decompress(packed) == OBJ1
+    # smaller than the model's start (measured: about 3 % on this file)
+    assert len(packed) < len(compress(OBJ1, model=DEFAULT_MODEL, lanes=16))
+    # text keeps the model, and naming the model or online mode decides it
+    assert header_of(compress(TEXT, lanes=16))["model"]["name"] == DEFAULT_MODEL
+    assert header_of(compress(TEXT, model=None, lanes=16))["model"] is None
+
+
+def test_a_stream_of_unknown_size_is_probed_on_its_first_block():
+    comp = Compressor(lanes=16, block_size=AUTO_MIN)  # no size hint: chosen when the first block is full
+    packed = b"".join(comp.compress(OBJ1[i : i + 1000]) for i in range(0, len(OBJ1), 1000)) + comp.flush()
+    assert comp.model is None and header_of(packed)["settings"]["hidden"] == ONLINE["hidden"]
+    assert decompress(packed) == OBJ1
+
+
+def test_the_batch_plan_and_the_command_line_choose_as_the_api_does(tmp_path):
+    path = tmp_path / "obj1"
+    path.write_bytes(OBJ1)
+    expected = compress(OBJ1, lanes=16, threads=1)
+    data, job, finish = encode_plan(None, "auto", {"lanes": 16, "threads": 1}, lambda p: False)(str(path))
+    assert data == OBJ1 and finish(job[0](*job[1:])[0]) == expected  # (the result, seconds)
+    out = run_cli("encode", "-v", "-c", "--lanes", "16", "-T", "1", path)
+    assert out.returncode == 0 and out.stdout == expected
+    assert "online mode: the model codes the first 4 kB at" in out.stderr.decode()
+    assert (CORPORA / "calgary_obj1").read_bytes() == OBJ1
