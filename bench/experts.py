@@ -3,6 +3,8 @@
     python bench/experts.py                    # the ablation on enwik6 and alice29
     python bench/experts.py --corpora 200000   # default vs none vs PPMd on the texts of
                                                # ../shared/corpora over 100 kB (first 200 kB each)
+    python bench/experts.py --corpora 100000 --all-only --auto   # the start `encode` chooses for
+                                               # each text (the model, or online mode: `auto`)
     python bench/experts.py --hard --rows "all,no ppm"   # chosen rows on the 100 kB pieces where
                                                # PPMd beat dyncompress (bench/evidence.py's inputs)
 
@@ -24,6 +26,7 @@ import pyppmd
 from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on the path)
 
 from dyncompress.api import resolve_model
+from dyncompress.auto import PROBE_BYTES, choose_start
 from dyncompress.measure import measure
 from dyncompress.settings import EXPERTS, make_settings
 
@@ -63,6 +66,7 @@ def main() -> None:
     ap.add_argument("--corpora", type=int, metavar="BYTES", help="bytes of each corpus text over 100 kB")
     ap.add_argument("--only", nargs="*", help="inputs to run (names or corpus paths)")
     ap.add_argument("--online", action="store_true", help="online mode (no model) instead of the shipped model")
+    ap.add_argument("--auto", action="store_true", help="the start encode chooses per input (model or online)")
     ap.add_argument("--all-only", action="store_true", help="only the row with all experts (and PPMd)")
     ap.add_argument("--rows", help="comma-separated rows to run: all, none, 'no EXPERT'")
     ap.add_argument("--hard", action="store_true", help="bench/evidence.py's inputs (and alice29, the enwik8 slice)")
@@ -85,19 +89,24 @@ def main() -> None:
     if args.rows:
         rows = {label: every[label] for label in args.rows.split(",")}
     heads = " | ".join(rows)
-    print(f"| input | bytes | PPMd o6 | {heads} | {next(iter(rows))} vs PPMd | kB/s {' / '.join(rows)} |")
-    print("|---|---:|---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
+    starts = " probe | start |" if args.auto else ""
+    print(f"| input | bytes |{starts} PPMd o6 | {heads} | {next(iter(rows))} vs PPMd | kB/s {' / '.join(rows)} |")
+    print("|---|---:|" + "---:|---|" * args.auto + "---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
     for name, (path, start, stop) in inputs.items():
         if args.only and name not in args.only:
             continue
         data = path.read_bytes()[start:stop]
-        results = {label: row(data, model, experts) for label, experts in rows.items()}
+        start, online, probe = (model, {}, None)
+        if args.auto:
+            start, online, probe = choose_start(model, data[:PROBE_BYTES], len(data), {})
+        results = {label: row(data, start, experts, **online) for label, experts in rows.items()}
         ppmd = ppmd_bpb(data)
         bpb = " | ".join(f"{results[label][0]:.4f}" for label in rows)
         first = next(iter(rows))
         gain = results[first][0] / ppmd - 1
         speed = " / ".join(f"{results[label][1]:.1f}" for label in rows)
-        print(f"| {name} | {len(data):,} | {ppmd:.4f} | {bpb} | {gain:+.1%} | {speed} |", flush=True)
+        chosen = f" {probe or 0:.2f} | {'model' if start else 'online'} |" if args.auto else ""
+        print(f"| {name} | {len(data):,} |{chosen} {ppmd:.4f} | {bpb} | {gain:+.1%} | {speed} |", flush=True)
 
 
 if __name__ == "__main__":
