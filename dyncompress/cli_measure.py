@@ -16,7 +16,7 @@ from .cli_base import EXPERTS_HELP, ExpertsParam, Fatal, knob, level_options, lo
 from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
-from .settings import DEFAULT_MODEL, RULES, make_settings
+from .settings import AUTO_MODEL, DEFAULT_MODEL, RULES, make_settings
 
 
 def _fmt(v) -> str:
@@ -456,7 +456,8 @@ def tune(
 def bench(sources, model, level, lanes, block_size, threads, device, experts, quiet, online):
     """Bits per byte and speed of dyncompress next to zlib, bz2, lzma (and zstd, brotli if installed).
 
-    Every compressor's output is decoded and compared with the input. SOURCE: FILE,
+    Every compressor's output is decoded and compared with the input. Without --model or
+    --online, dyncompress starts as `encode` does (the model, or online mode where it does not fit). SOURCE: FILE,
     FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as enwik8:test.
     """
     with loading():
@@ -465,6 +466,7 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
     if online and model:
         raise click.UsageError("--online and --model contradict each other")
     pretrained = None if online else _model(model)
+    start = pretrained if online or model else AUTO_MODEL  # as `encode` starts (`auto`)
     knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
     ours = f"dyncompress -{level or 6}" + (" --online" if online else "")
     for spec in sources:
@@ -473,7 +475,7 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
         click.echo(f"  {'compressor':<22} {'bytes':>12} {'bits/byte':>10} {'enc kB/s':>10} {'dec kB/s':>10}")
         progress = _progress(ours, 2 * len(data), quiet)
         try:
-            rows = [bench_dyncompress(data, ours, pretrained, progress, **knobs)]
+            rows = [bench_dyncompress(data, ours, start, progress, **knobs)]
             rows += [bench_peer(peer, data) for peer in PEERS]
         except DyncompressError as e:
             raise Fatal(f"{spec}: {e}") from None

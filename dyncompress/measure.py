@@ -31,7 +31,7 @@ from .exact import side_layout
 from .mlstm import MLSTMShape
 from .model import Model
 from .progress import Progress
-from .settings import Settings, make_settings
+from .settings import AUTO_MODEL, Settings, make_settings
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
 # The cheaper adaptations (issue 12): rms-decay on a sparse matrix, or weighted and skipped by TLM
@@ -205,7 +205,8 @@ def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, fl
     t0 = time.perf_counter()
     blob = compress(data, model=model, progress=progress, **settings)
     t1 = time.perf_counter()
-    back = b"".join(iter_decompress(io.BytesIO(blob).read, progress, model=model))
+    start = None if isinstance(model, str) and model == AUTO_MODEL else model  # the header names it
+    back = b"".join(iter_decompress(io.BytesIO(blob).read, progress, model=start))
     t2 = time.perf_counter()
     if back != data:
         raise DyncompressError("the encoded file does not decode to the input")  # never: blocks are checksummed
