@@ -26,7 +26,7 @@ import pyppmd
 from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on the path)
 
 from dyncompress.api import resolve_model
-from dyncompress.auto import PROBE_BYTES, choose_start
+from dyncompress.auto import choose_start
 from dyncompress.measure import measure
 from dyncompress.settings import EXPERTS, make_settings
 
@@ -98,7 +98,7 @@ def main() -> None:
         data = path.read_bytes()[start:stop]
         start, online, probe = (model, {}, None)
         if args.auto:
-            start, online, probe = choose_start(model, data[:PROBE_BYTES], len(data), {})
+            start, online, probe = choose_start(model, data, len(data), {})
         results = {label: row(data, start, experts, **online) for label, experts in rows.items()}
         ppmd = ppmd_bpb(data)
         bpb = " | ".join(f"{results[label][0]:.4f}" for label in rows)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .auto import PROBE_BYTES, choose_start
+from .auto import PROBE_BYTES, choose_start, is_auto
 from .codec import Codec, block_spans, fingerprint
 from .container import (
     END_SIZE,
@@ -111,7 +111,7 @@ class Compressor:
     ) -> None:
         # "auto": the shipped model, or online mode where it does not fit the input (`auto`), chosen
         # when the first block is read; `probe` is then the model's bits per byte on its start
-        self._auto = isinstance(model, str) and model == AUTO_MODEL and settings is None
+        self._auto = is_auto(model) and settings is None
         self.model = resolve_model(DEFAULT_MODEL if self._auto else model)
         self._overrides, self._online, self.probe = overrides, {}, None
         self._choose = lambda size: make_settings(

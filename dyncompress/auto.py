@@ -21,7 +21,7 @@ follows it.
 from __future__ import annotations
 
 from .model import Model
-from .settings import DEFAULT_LEVEL, MODEL_LEVELS, make_settings
+from .settings import AUTO_MODEL, DEFAULT_LEVEL, MODEL_LEVELS, make_settings
 
 PROBE_BYTES = 4096
 PROBE_LANES = 4
@@ -38,6 +38,11 @@ MODEL_KNOBS = frozenset(
     {"rule", "lr", "decay", "eps", "clip", "beta1", "beta2", "sparse", "lora", "lora_on"}
     | {"tlm_bits", "tlm_lambda", "tlm_lanes", "tlm_relative"}
 )
+
+
+def is_auto(model) -> bool:
+    """Whether `model` asks for the start chosen here (AUTO_MODEL) rather than naming one."""
+    return isinstance(model, str) and model == AUTO_MODEL
 
 
 def probe_bits(model: Model, sample: bytes, threads: int | None = None) -> float:

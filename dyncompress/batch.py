@@ -25,7 +25,7 @@ from .container import END_SIZE, parse_end
 from .errors import DyncompressError
 from .model import Model
 from .parallel import Pool, encode_frame, worker_settings
-from .settings import AUTO_MODEL, DEFAULT_MODEL, Settings, make_settings, usable_cores
+from .settings import DEFAULT_MODEL, Settings, make_settings, usable_cores
 
 MAX_DECODED = 1 << 26  # a .dc file whose output is larger decodes in the main process (its frames in parallel)
 
@@ -130,9 +130,9 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
     path would choose for its size (with `--frame-size 0`, every file is one frame: those of at
     most one block go to the pool)."""
     from .api import one_frame_stream, resolve_model
-    from .auto import PROBE_BYTES, choose_start
+    from .auto import choose_start, is_auto
 
-    auto = isinstance(model, str) and model == AUTO_MODEL  # as `Compressor` does it, file by file
+    auto = is_auto(model)  # as `Compressor` does it, file by file
     base = resolve_model(DEFAULT_MODEL) if auto else model
     limit = _pooled_limit(make_settings(level=level, model=base, **knobs))
 
@@ -145,7 +145,7 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
         try:
             start, online = base, {}
             if auto:
-                start, online, _ = choose_start(base, data[:PROBE_BYTES], len(data), {"level": level, **knobs})
+                start, online, _ = choose_start(base, data, len(data), {"level": level, **knobs})
             settings = make_settings(level=level, model=start, size_hint=len(data), **{**online, **knobs})
         except ValueError:
             return None

@@ -457,8 +457,9 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
     """Bits per byte and speed of dyncompress next to zlib, bz2, lzma (and zstd, brotli if installed).
 
     Every compressor's output is decoded and compared with the input. Without --model or
-    --online, dyncompress starts as `encode` does (the model, or online mode where it does not fit). SOURCE: FILE,
-    FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as enwik8:test.
+    --online, dyncompress starts as `encode` does (the model, or online mode where it does not
+    fit). SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such
+    as enwik8:test.
     """
     with loading():
         from .measure import PEERS, bench_dyncompress, bench_peer

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .api import compress, iter_decompress
+from .auto import is_auto
 from .codec import Codec, block_spans, frame_spans, to_lanes
 from .coder import FREQ_BITS
 from .container import Block, Header, read_frames
@@ -31,7 +32,7 @@ from .exact import side_layout
 from .mlstm import MLSTMShape
 from .model import Model
 from .progress import Progress
-from .settings import AUTO_MODEL, Settings, make_settings
+from .settings import Settings, make_settings
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
 # The cheaper adaptations (issue 12): rms-decay on a sparse matrix, or weighted and skipped by TLM
@@ -205,7 +206,7 @@ def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, fl
     t0 = time.perf_counter()
     blob = compress(data, model=model, progress=progress, **settings)
     t1 = time.perf_counter()
-    start = None if isinstance(model, str) and model == AUTO_MODEL else model  # the header names it
+    start = None if is_auto(model) else model  # the header names the start
     back = b"".join(iter_decompress(io.BytesIO(blob).read, progress, model=start))
     t2 = time.perf_counter()
     if back != data:
