@@ -45,13 +45,13 @@ def is_auto(model) -> bool:
     return isinstance(model, str) and model == AUTO_MODEL
 
 
-def probe_bits(model: Model, sample: bytes, threads: int | None = None) -> float:
-    """Bits per byte of the model's network alone, as trained, on `sample`'s first PROBE_BYTES."""
+def probe_bits(model: Model, sample: bytes, **where) -> float:
+    """Bits per byte of the model's network alone, as trained, on `sample`'s first PROBE_BYTES
+    (`where`: the device and threads asked for the coding, if any)."""
     from .measure import measure
 
     sample = sample[:PROBE_BYTES]
-    extra = {} if threads is None else {"threads": threads}
-    settings = make_settings(model=model, rule="static", experts="", lanes=PROBE_LANES, **extra)
+    settings = make_settings(model=model, rule="static", experts="", lanes=PROBE_LANES, **where)
     return measure(sample, settings, model).bits / max(1, len(sample))
 
 
@@ -69,5 +69,5 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     that starts with `sample`."""
     if not considered(size, knobs) or not sample:
         return model, {}, None
-    bits = probe_bits(model, sample, knobs.get("threads"))
+    bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
     return (None, ONLINE, bits) if bits > ONLINE_ABOVE else (model, {}, bits)

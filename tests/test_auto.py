@@ -79,3 +79,16 @@ def test_the_batch_plan_and_the_command_line_choose_as_the_api_does(tmp_path):
     assert out.returncode == 0 and out.stdout == expected
     assert "online mode: the model codes the first 4 kB at" in out.stderr.decode()
     assert (CORPORA / "calgary_obj1").read_bytes() == OBJ1
+
+
+def test_the_probe_runs_where_the_coding_was_asked_to_run(model):
+    import torch
+
+    from dyncompress.errors import DyncompressError
+
+    if torch.cuda.is_available():  # a GPU machine: the probe runs there and decides alike
+        assert choose_start(model, OBJ1, len(OBJ1), {"device": "cuda"})[0] is None
+    else:  # the same one-line error the coding would give, not a probe on another device
+        with pytest.raises(DyncompressError, match="CUDA"):
+            choose_start(model, OBJ1, len(OBJ1), {"device": "cuda"})
+    assert choose_start(model, OBJ1, len(OBJ1), {"device": "cpu", "threads": 1})[0] is None
