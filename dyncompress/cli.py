@@ -233,6 +233,8 @@ _PARTS = {"adapt": "adaptation", "mix": "experts"}  # how `info` titles a nested
 def _part_line(part: str, config: dict) -> str:
     if part == "mix" and not config.get("experts"):
         return "none (the network alone)"
+    if part == "mix":  # the mixer's start: a prior's name, or none (the hand-set weights)
+        config = {**config, "prior": config.get("prior") or "none"}
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 

@@ -47,6 +47,8 @@ READS = (2, 3)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
+# Mixer settings added after format 3's first files (0.4): a header that lacks them means them off.
+MIX_ADDED = {"prior": ""}
 # Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
 ADAPT_ADDED = {
     "sparse": 0,
@@ -152,6 +154,9 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
         meta["settings"]["mix"] = dict(FORMAT2_MIX)
         meta["settings"]["frame_size"] = 0  # one frame: the whole stream
+    if isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("mix"), dict):
+        for key, off in MIX_ADDED.items():
+            meta["settings"]["mix"].setdefault(key, off)
     if version == 2 and isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
         meta["settings"]["adapt"] = {**ADAPT_ADDED, **meta["settings"]["adapt"]}
     meta["format"] = version

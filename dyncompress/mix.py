@@ -77,13 +77,14 @@ adds commute, so the order of the lanes cannot matter).
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
 from . import mix_kernels as kernels
-from .exact import checked_tables
+from .exact import ExactnessError, checked_tables
 from .settings import MixSettings
 
 ORDERS = (1, 2, 3, 4, 5, 6, 8)
@@ -114,6 +115,11 @@ PPM_TRUST = (1 << 16) // 4  # the PPM input's initial weight
 APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 APM2_RATE = 20  # the rate of its (previous byte, byte) table
+# The mixer priors (settings.MIX_PRIORS): the starting rows of the first three weight sets (match bucket
+# with order seen, order seen with its count bucket, previous byte), for the fast mixer and the slow,
+# and the SHA-256 of their int64 little-endian bytes (W | W_slow). Made by `bench/mixer_prior.py`.
+PRIOR_FILES = {"text1": "prior_text1.npz"}
+PRIOR_SHA256 = {"text1": "6d61dec901da095bb94c9fe81ea412e2e35f964e02bf5eab2e6e539e2e04ff79"}
 
 
 def rounded_logs(nums, den: int) -> list[int]:
@@ -147,6 +153,31 @@ def ppm_log_tables() -> tuple[np.ndarray, int]:
     """round(2^12 * ln(m / 2^12)) for m = 2^12 ... 2^13 - 1, and round(2^12 * ln 2): the PPM input's
     logarithms (`mix_kernels.ppm_log`), correctly rounded (`rounded_logs`)."""
     return np.array(rounded_logs(range(4096, 8192), 4096), dtype=np.int64), rounded_logs([2], 1)[0]
+
+
+def prior_sha256(W: np.ndarray, W_slow: np.ndarray) -> str:
+    return hashlib.sha256(b"".join(np.ascontiguousarray(w, dtype="<i8").tobytes() for w in (W, W_slow))).hexdigest()
+
+
+@functools.cache
+def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The mixer prior `name`'s starting rows (W, W_slow), checked against the hash recorded here and
+    against the `shape` the experts need (read-only arrays)."""
+    from importlib import resources
+
+    file = PRIOR_FILES[name]
+    try:
+        with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
+            W, W_slow = (npz[k].astype(np.int64) for k in ("W", "W_slow"))
+    except (OSError, KeyError, ValueError) as e:
+        raise ExactnessError(f"cannot read the mixer prior {name} ({file}): {e}") from None
+    got = prior_sha256(W, W_slow)
+    if got != PRIOR_SHA256[name]:
+        raise ExactnessError(f"mixer prior {file} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
+    if W.shape != shape or W_slow.shape != shape:
+        raise ExactnessError(f"mixer prior {name} has rows {W.shape}, not the {shape} its experts need")
+    W.flags.writeable = W_slow.flags.writeable = False
+    return W, W_slow
 
 
 def table_sizes(
@@ -217,6 +248,10 @@ class Experts:
         if self.use_match:
             # a longer match earns more trust from the start (weights in nats per bucket)
             self.w0[:n_a, -1] = np.repeat(MATCH_TRUST, self.K + 1)
+        self.w0_slow = self.w0.copy()
+        if s.prior:  # the first three sets' rows as learned on text (the hashed sets start at zero)
+            rows = self.set_base[3]
+            self.w0[:rows], self.w0_slow[:rows] = load_prior(s.prior, (int(rows), self.n_in))
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
@@ -249,7 +284,7 @@ class Experts:
         # match: 1 + the flat history index that followed each hashed context (0: none yet)
         self.match_table = np.zeros(1 << self.s.table_bits if self.use_match else 1, dtype=np.int64)
         self.W = self.w0.copy()
-        self.W_slow = self.w0.copy()
+        self.W_slow = self.w0_slow.copy()
         self.apm = np.zeros((256 if self.use_apm else 0, APM_BUCKETS), dtype=np.int64)  # corrections, units 2^-12
         self.apm2 = np.zeros((1 << 16 if self.use_apm else 0, APM_BUCKETS), dtype=np.int32)  # (previous byte, byte)
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane

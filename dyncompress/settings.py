@@ -110,6 +110,12 @@ class AdaptSettings:
 
 
 EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column")
+ALL_EXPERTS = ",".join(EXPERTS)
+# The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
+# for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
+# experts are these; online mode and other experts start from the hand-set weights (`mix.Experts`).
+MIX_PRIORS = {"text1": ALL_EXPERTS}
+DEFAULT_PRIOR = "text1"
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,12 @@ class MixSettings:
     """The exact byte statistics mixed with the network (`mix.Experts`); no experts is the network
     alone, as format 2 coded."""
 
-    experts: str = "orders,word,gap,match,ppm,apm,record,column"  # comma-separated names from EXPERTS, or "" for none
+    experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
     table_bits: int = 17  # rows of each hashed context table (and the match table): 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
+    prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:
         unknown = set(self.expert_names) - set(EXPERTS)
@@ -135,6 +142,14 @@ class MixSettings:
             (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
+            (
+                not self.prior or self.prior in MIX_PRIORS,
+                f"unknown mixer prior {self.prior!r} (this version knows {', '.join(MIX_PRIORS)})",
+            ),
+            (
+                not self.prior or MIX_PRIORS.get(self.prior) == self.experts,
+                f"the mixer prior {self.prior} was made for the experts {MIX_PRIORS.get(self.prior)}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -455,4 +470,8 @@ def make_settings(
         overrides["threads"] = default_threads()
     if settings is None and model is None and (overrides.get("sparse") or overrides.get("lora")):
         raise ValueError(FROZEN_NEEDS_MODEL)
+    if settings is None and model is not None and "prior" not in overrides:
+        # a pretrained model's mixer starts from the weights learned on text, where they fit the experts
+        experts = overrides.get("experts", base.mix.experts)
+        overrides["prior"] = DEFAULT_PRIOR if MIX_PRIORS[DEFAULT_PRIOR] == experts else ""
     return _apply(base, {**overrides, "device": device})

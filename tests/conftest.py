@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from dyncompress.container import END_SIZE, pack_end, pack_header, parse_end, parse_header
 from dyncompress.model import Model, load, save
 from dyncompress.train import TrainConfig, Trainer, calibrate
 
@@ -17,6 +18,16 @@ SMALL = dict(NET, model=None)  # online mode: no pretrained model
 
 def corpus(name: str) -> bytes:
     return (CORPORA / name).read_bytes()
+
+
+def rewrite_header(packed: bytes, edit) -> bytes:
+    """The stream with its header edited (and its end marker's stream length set to match)."""
+    meta, end = parse_header(packed)
+    del meta["format"]
+    edit(meta)
+    body = pack_header(meta) + packed[end:-END_SIZE]
+    marker = parse_end(packed[-END_SIZE:])
+    return body + pack_end(marker.total_len, marker.blocks, marker.digest, marker.frames, len(body))
 
 
 def run_cli(*args, input: bytes | None = None, cwd=None, env=None, **kw) -> subprocess.CompletedProcess:

@@ -9,18 +9,14 @@ import numpy as np
 import pytest
 
 import dyncompress
-from conftest import SMALL, corpus
+from conftest import SMALL, corpus, rewrite_header
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
 from dyncompress.container import (
-    END_SIZE,
     MAGIC,
     VERSION,
     Block,
     FrameReader,
     pack_block,
-    pack_end,
-    pack_header,
-    parse_end,
     parse_frame,
     parse_header,
     read_frames,
@@ -117,19 +113,9 @@ def test_corruption_anywhere_fails_cleanly():
         assert "\n" not in str(caught.value)
 
 
-def _rewrite_header(packed: bytes, edit) -> bytes:
-    """The stream with its header edited (and its end marker's stream length set to match)."""
-    meta, end = parse_header(packed)
-    del meta["format"]
-    edit(meta)
-    body = pack_header(meta) + packed[end:-END_SIZE]
-    marker = parse_end(packed[-END_SIZE:])
-    return body + pack_end(marker.total_len, marker.blocks, marker.digest, marker.frames, len(body))
-
-
 def test_failed_self_test_is_refused_up_front_naming_both_platforms():
     packed = compress(b"fingerprint", **SMALL)
-    forged = _rewrite_header(packed, lambda m: m.update(fingerprint="0000000000000000"))
+    forged = rewrite_header(packed, lambda m: m.update(fingerprint="0000000000000000"))
     with pytest.raises(DyncompressError, match="self-test failed.*0000000000000000") as e:
         decompress(forged)
     assert "\n" not in str(e.value) and str(e.value).count("torch ") == 2
@@ -139,7 +125,7 @@ def test_a_file_made_on_a_gpu_decodes_on_the_cpu(monkeypatch):
     """The device is the decoder's choice: a header that says cuda decodes on a machine without one."""
     data = corpus("xargs.1")[:2000]
     packed = compress(data, **SMALL)
-    forged = _rewrite_header(packed, lambda m: m["settings"].update(device="cuda"))
+    forged = rewrite_header(packed, lambda m: m["settings"].update(device="cuda"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert decompress(forged) == data
 

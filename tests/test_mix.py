@@ -1,20 +1,32 @@
 """The experts and the mixer (format 3): exact, symmetric, bounded, and worth their bits."""
 
 import math
+from dataclasses import replace
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import NET, corpus
+from conftest import NET, corpus, rewrite_header
+from dyncompress import DyncompressError, compress, decompress
+from dyncompress.api import resolve_model
 from dyncompress.codec import Codec, decode_block, encode_block
-from dyncompress.container import FORMAT2_MIX
+from dyncompress.container import FORMAT2_MIX, parse_header
 from dyncompress.exact import checked_tables, frequencies
 from dyncompress.measure import measure
-from dyncompress.mix import Z_BOUND, Experts, log_table, ppm_log_tables, rounded_logs, table_bytes
+from dyncompress.mix import (
+    PRIOR_SHA256,
+    Z_BOUND,
+    Experts,
+    load_prior,
+    log_table,
+    ppm_log_tables,
+    rounded_logs,
+    table_bytes,
+)
 from dyncompress.mix_kernels import frequencies as integer_frequencies
-from dyncompress.settings import EXPERTS, MixSettings, Settings, make_settings
+from dyncompress.settings import DEFAULT_MODEL, DEFAULT_PRIOR, EXPERTS, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
@@ -320,3 +332,57 @@ def test_bad_expert_settings_are_refused():
 def test_format2_settings_read_as_no_experts():
     """A format-2 header has no `mix`: it reads as the network alone (what format 2 coded)."""
     assert MixSettings(**FORMAT2_MIX).expert_names == ()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return resolve_model(DEFAULT_MODEL)
+
+
+def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
+    """With the shipped model and every expert, the mixer's first three weight sets start from the
+    rows learned on text (`bench/mixer_prior.py`), the hashed sets at zero; every frame and reset
+    starts there again. Online mode and other experts keep the hand-set start."""
+    s = make_settings(model=model, device="cpu")
+    assert s.mix.prior == DEFAULT_PRIOR
+    assert make_settings(model=None, device="cpu").mix.prior == ""
+    assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
+    experts = Experts(s.mix, 4)
+    rows = experts.set_base[3]
+    W, W_slow = load_prior(DEFAULT_PRIOR, (int(rows), experts.n_in))
+    assert np.array_equal(experts.W[:rows], W) and np.array_equal(experts.W_slow[:rows], W_slow)
+    assert not np.array_equal(W, Experts(replace(s.mix, prior=""), 4).W[:rows])  # not the hand-set rows
+    assert not experts.W[rows:].any() and not experts.W_slow[rows:].any()
+    experts.W[:] += 1
+    experts.reset()
+    assert np.array_equal(experts.W[:rows], W) and np.array_equal(experts.W_slow[:rows], W_slow)
+
+
+def test_the_prior_saves_bits_on_text_it_was_not_made_from(model):
+    data = corpus("alice29.txt")[:10000]
+    s = make_settings(model=model, device="cpu", size_hint=len(data), threads=1)
+    with_prior, without = (measure(data, replace(s, mix=replace(s.mix, prior=p)), model).bits for p in ("text1", ""))
+    assert with_prior < 0.997 * without, (with_prior, without)
+
+
+def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypatch):
+    data = corpus("alice29.txt")[:3000]
+    packed = compress(data, model=model, device="cpu", threads=1)
+    assert parse_header(packed)[0]["settings"]["mix"]["prior"] == DEFAULT_PRIOR
+    assert decompress(packed) == data
+    # a file made before the prior existed has no such key: it decodes with the hand-set start
+    older = compress(data, model=model, device="cpu", threads=1, prior="")
+    assert older != packed
+    assert decompress(rewrite_header(older, lambda m: m["settings"]["mix"].pop("prior"))) == data
+    # a prior this version does not know: a one-line error, not a wrong decode
+    future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
+    with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
+        decompress(future)
+    # a damaged prior file stops the coding before any byte
+    load_prior.cache_clear()
+    monkeypatch.setitem(PRIOR_SHA256, DEFAULT_PRIOR, "0" * 64)
+    try:
+        with pytest.raises(DyncompressError, match="mixer prior prior_text1.npz hashes to"):
+            decompress(packed)
+    finally:
+        load_prior.cache_clear()

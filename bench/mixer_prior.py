@@ -1,0 +1,62 @@
+"""Make the mixer prior (`dyncompress/prior_text1.npz`): the starting weights of the mixer's first
+three weight sets, as learned on text the shipped model was trained on (never a benchmark's).
+
+Each source is coded alone from the hand-set weights at the default level with the shipped model;
+the rows of the sets (match bucket with order seen, order seen with its count bucket, previous byte)
+are then averaged over the sources, for the fast mixer and the slow, in integers (rounded half up),
+so the file comes out the same on every machine. Prints the SHA-256 to record in `mix.PRIOR_SHA256`.
+
+    python bench/mixer_prior.py [-o dyncompress/prior_text1.npz]
+
+(About 2 minutes alone on a 2-core CPU: three times 300 kB at the default level.)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from exact_vs_float import ROOT, SHARED  # bench/ is on the path
+
+from dyncompress.api import resolve_model
+from dyncompress.codec import Codec
+from dyncompress.measure import _measure_block
+from dyncompress.mix import prior_sha256
+from dyncompress.settings import ALL_EXPERTS, make_settings
+
+# 300 kB from each of three kinds of text in the model's training data: prose, Wikipedia markup, Spanish
+SOURCES = (
+    ("silesia/dickens", 0, 300_000),
+    ("wiki/enwiki_2016_sample.xml", 0, 300_000),
+    ("multilingual/dcc_large/spa/unamuno.txt", 0, 300_000),
+)
+
+
+def learned_rows(data: bytes, model) -> tuple[np.ndarray, np.ndarray]:
+    """The first three sets' rows (W, W_slow) after coding `data` from the hand-set weights."""
+    settings = make_settings(model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="")
+    codec = Codec(settings, model)
+    _measure_block(codec, data, None, False, [], [])
+    experts = codec.predictor.experts
+    rows = experts.set_base[3]
+    return experts.W[:rows].copy(), experts.W_slow[:rows].copy()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--output", type=Path, default=ROOT / "dyncompress" / "prior_text1.npz")
+    args = ap.parse_args()
+    model = resolve_model("enwiki-h256")
+    learned = []
+    for path, start, end in SOURCES:
+        learned.append(learned_rows((SHARED / path).read_bytes()[start:end], model))
+        print(f"coded {path} [{start:,}, {end:,})", flush=True)
+    n = len(learned)
+    W, W_slow = ((2 * sum(rows[i] for rows in learned) + n) // (2 * n) for i in (0, 1))
+    np.savez_compressed(args.output, W=W.astype(np.int32), W_slow=W_slow.astype(np.int32))
+    print(f"{args.output}: rows {W.shape}, sha256 {prior_sha256(W, W_slow)}")
+
+
+if __name__ == "__main__":
+    main()
