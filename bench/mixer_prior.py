@@ -1,9 +1,10 @@
-"""Make the mixer prior (`dyncompress/prior_text1.npz`): the starting weights of the mixer's first
-three weight sets, as learned on text the shipped model was trained on (never a benchmark's).
+"""Make the mixer prior (`dyncompress/prior_text1.npz`): the starting weights of the mixer, every row
+of every weight set, as learned on text the shipped model was trained on.
 
 Each source is coded alone from the hand-set weights at the default level with the shipped model;
-the rows of the sets (match bucket with order seen, order seen with its count bucket, previous byte)
-are then averaged over the sources, for the fast mixer and the slow, in integers (rounded half up),
+the rows of every weight set (match bucket with order seen, order seen with its count bucket,
+previous byte, and the hashes of the last two bytes, the current word and the last three) are then
+averaged over the sources, for the fast mixer and the slow, in integers (rounded half up),
 so the file comes out the same on every machine. Prints the SHA-256 to record in `mix.PRIOR_SHA256`.
 
     python bench/mixer_prior.py [-o dyncompress/prior_text1.npz]
@@ -34,13 +35,12 @@ SOURCES = (
 
 
 def learned_rows(data: bytes, model) -> tuple[np.ndarray, np.ndarray]:
-    """The first three sets' rows (W, W_slow) after coding `data` from the hand-set weights."""
+    """The mixer's rows (W, W_slow) after coding `data` from the hand-set weights."""
     settings = make_settings(model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="")
     codec = Codec(settings, model)
     _measure_block(codec, data, None, False, [], [])
     experts = codec.predictor.experts
-    rows = experts.set_base[3]
-    return experts.W[:rows].copy(), experts.W_slow[:rows].copy()
+    return experts.W.copy(), experts.W_slow.copy()
 
 
 def main() -> None:

@@ -69,15 +69,14 @@ the coded frequencies. The per-byte work runs compiled (`mix_kernels`,
 numba), one call per step for all lanes: on alice29 5 times faster than the same equations as
 numpy calls.
 
-The mixer prior. With a pretrained model, the first three weight sets (match bucket with order
-seen, order seen with its count bucket, previous byte) start from rows learned on text: each of
+The mixer prior. With a pretrained model, every weight row starts as learned on text: each of
 three 300 kB pieces of the model's training data (Dickens, 2016 Wikipedia, Unamuno's Spanish)
 coded alone from the hand-set start, their rows averaged (`bench/mixer_prior.py`, shipped as
-`prior_text1.npz` and checked by its SHA-256; the header names the prior, `mix.prior`). The
-hashed sets start at zero and every row's rate starts high as before. On the first 10 kB of
-alice29 1.2 % smaller, the whole of it 0.26 %, 100 kB of news, German and enwik8 0.25 ... 0.3 %;
-in online mode (a random network) it was mixed (Chinese 0.3 % smaller, calgary/obj2 0.4 % larger),
-so online mode keeps the hand-set start.
+`prior_text1.npz` and checked by its SHA-256; the header names the prior, `mix.prior`). Every
+row's rate still starts high. On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
+news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
+of that); in online mode (a random network) it was mixed (Chinese 0.3 % smaller, calgary/obj2
+0.4 % larger), so online mode keeps the hand-set start.
 
 All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
 in the same step, the lane with the lower index decides a tag, and their counts add (integer
@@ -125,11 +124,10 @@ PPM_TRUST = (1 << 16) // 4  # the PPM input's initial weight
 APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 APM2_RATE = 20  # the rate of its (previous byte, byte) table
-# The mixer priors (settings.MIX_PRIORS): the starting rows of the first three weight sets (match bucket
-# with order seen, order seen with its count bucket, previous byte), for the fast mixer and the slow,
-# and the SHA-256 of their int64 little-endian bytes (W | W_slow). Made by `bench/mixer_prior.py`.
+# The mixer priors (settings.MIX_PRIORS): the starting rows of every weight set, for the fast mixer and
+# the slow, and the SHA-256 of their int64 little-endian bytes (W | W_slow). Made by `bench/mixer_prior.py`.
 PRIOR_FILES = {"text1": "prior_text1.npz"}
-PRIOR_SHA256 = {"text1": "6d61dec901da095bb94c9fe81ea412e2e35f964e02bf5eab2e6e539e2e04ff79"}
+PRIOR_SHA256 = {"text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b"}
 
 
 def rounded_logs(nums, den: int) -> list[int]:
@@ -258,10 +256,9 @@ class Experts:
         if self.use_match:
             # a longer match earns more trust from the start (weights in nats per bucket)
             self.w0[:n_a, -1] = np.repeat(MATCH_TRUST, self.K + 1)
-        self.w0_slow = self.w0.copy()
-        if s.prior:  # the first three sets' rows as learned on text (the hashed sets start at zero)
-            rows = self.set_base[3]
-            self.w0[:rows], self.w0_slow[:rows] = load_prior(s.prior, (int(rows), self.n_in))
+        self.w0_slow = self.w0  # (only read: reset copies them)
+        if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
+            self.w0, self.w0_slow = load_prior(s.prior, (self.n_sets, self.n_in))
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)

@@ -340,22 +340,21 @@ def model():
 
 
 def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
-    """With the shipped model and every expert, the mixer's first three weight sets start from the
-    rows learned on text (`bench/mixer_prior.py`), the hashed sets at zero; every frame and reset
-    starts there again. Online mode and other experts keep the hand-set start."""
+    """With the shipped model and every expert, the mixer's weight rows start from those learned
+    on text (`bench/mixer_prior.py`); every frame and reset starts there again. Online mode and
+    other experts keep the hand-set start."""
     s = make_settings(model=model, device="cpu")
     assert s.mix.prior == DEFAULT_PRIOR
     assert make_settings(model=None, device="cpu").mix.prior == ""
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
-    rows = experts.set_base[3]
-    W, W_slow = load_prior(DEFAULT_PRIOR, (int(rows), experts.n_in))
-    assert np.array_equal(experts.W[:rows], W) and np.array_equal(experts.W_slow[:rows], W_slow)
-    assert not np.array_equal(W, Experts(replace(s.mix, prior=""), 4).W[:rows])  # not the hand-set rows
-    assert not experts.W[rows:].any() and not experts.W_slow[rows:].any()
+    W, W_slow = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
+    assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
+    hand_set = Experts(replace(s.mix, prior=""), 4)
+    assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow)
     experts.W[:] += 1
     experts.reset()
-    assert np.array_equal(experts.W[:rows], W) and np.array_equal(experts.W_slow[:rows], W_slow)
+    assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
 
 
 def test_the_prior_saves_bits_on_text_it_was_not_made_from(model):
