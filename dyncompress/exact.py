@@ -41,6 +41,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from . import step_kernels
 from . import update_kernels as kernels
 from .mlstm import ALPHABET, CarriedState, MLSTMShape, unflatten
 from .settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
@@ -349,6 +350,16 @@ class ExactMLSTM(CarriedState):
              self.CS[t], self.CS[t + 1], self.TC[t], self.TC[t].view(-1), self.HS[t + 1])
             for t in range(n)
         ]  # fmt: skip
+        # On the CPU the step's elementwise parts run as two compiled passes (`step_kernels`) on the
+        # same memory, as numpy arrays made once; elsewhere as torch's calls
+        self.compiled = dev.type == "cpu"
+        if self.compiled:
+            self.np_views = [
+                _arrays(self.IN[t], self.EXM[t], self.HM[t], self.M[t], Z[t], self.CS[t], self.CS[t + 1], self.TC[t],
+                        self.HS[t + 1])
+                for t in range(n)
+            ]  # fmt: skip
+            self.np_const = _arrays(self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table)
         self.refresh()
 
     def refresh(self) -> None:
@@ -378,25 +389,40 @@ class ExactMLSTM(CarriedState):
         w = self.w
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)
-        torch.index_select(self.mx_rows, 0, prev, out=exm)
+        if not self.compiled:
+            torch.index_select(self.mx_rows, 0, prev, out=exm)
         torch.mm(h0, w["w_mh"], out=hm)
         if self.lora_mh:  # + round(h A) B: multiples of 2^-20 below 2^33 units, summed exactly; rounded once
             fa, fb, P = self.lora_mh
             hm.addmm_(torch.mm(h0, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb)
-        hm.round_()
-        torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
+        if self.compiled:  # the same as the calls below, in one pass
+            x, exm_, hm_, m_, gates_, c0_, c1_, tc_, h1_ = self.np_views[t]
+            inputs, gate_in, gz_, lo, hi, table = self.np_const
+            step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A)
+            gz = self.GZ
+        else:
+            hm.round_()
+            torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
+            gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ)
         # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
         # clamped to the table and rounded half up by the truncation (all exact)
-        gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ).addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
+        gz.addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
         if self.lora_m:  # + 2^-2 round(m A) B (|m A| < 2^51 units of 2^-20: exact)
             fa, fb, P = self.lora_m
             gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
-        self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
-        torch.index_select(self.table, 0, self.idx.view(-1), out=gates)
-        c = torch.mul(f, c0, out=c1).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
-        cidx = torch.add(self.tanh_off, c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
-        torch.index_select(self.table, 0, cidx.view(-1), out=tc_flat)
-        h = torch.mul(o, tc, out=h1).round_()
+        if self.compiled:
+            step_kernels.cell(
+                gz_, lo, hi, table, c0_, gates_, c1_, tc_, h1_, C_MAX * A, 2.0 ** (FI - FA), 3.0 * R + 1.5,
+                self.tanh_lo, self.tanh_hi,
+            )  # fmt: skip
+            h = h1
+        else:
+            self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
+            torch.index_select(self.table, 0, self.idx.view(-1), out=gates)
+            c = torch.mul(f, c0, out=c1).addcmul_(i, u).round_().clamp_(-C_MAX * A, C_MAX * A)
+            cidx = torch.add(self.tanh_off, c, alpha=2.0 ** (FI - FA)).clamp_(self.tanh_lo, self.tanh_hi).long()
+            torch.index_select(self.table, 0, cidx.view(-1), out=tc_flat)
+            h = torch.mul(o, tc, out=h1).round_()
         if self.k:  # h' = h + h M on the first k units (|h M| < 2^45 units of 2^-20: exact), kept in [-1, 1]
             hp = self.HP[t].copy_(h[:, : self.k])
             h[:, : self.k].add_(torch.mm(hp, self.Mf).round_()).clamp_(-A, A)
@@ -419,7 +445,7 @@ class ExactMLSTM(CarriedState):
         Truncated BPTT as in `mlstm.MLSTM.backward`; d/dlogits = p - onehot with p the coded
         frequencies / 2^24, rounded to 2^-16.
         """
-        wb, g, H = self.wb, self.g, self.H
+        wb, H = self.wb, self.H
         B = targets.shape[1]
         Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
@@ -447,17 +473,44 @@ class ExactMLSTM(CarriedState):
         dZ = torch.empty(T, B, 4 * H, dtype=torch.float64, device=dl.device)
         dMX = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
         dM = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
-        dh_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
-        dc_next = torch.zeros(B, H, dtype=torch.float64, device=dl.device)
-        w_m_t, w_mh_t = wb["w_m"].T, wb["w_mh"].T
-        k, m_t = self.k, self.Mb.T if self.k else None
+        k = self.k
+        if self.compiled and not k and not lora:  # the loop below in three compiled passes per step
+            self._backward_steps(T, dH, dcfd, K, dZ, dM, dMX, exm, f)
+        else:
+            self._backward_calls(T, dH, dcfd, K, dZ, dM, dMX, exm, f)
+        self._weight_gradients(T, dl, dZ, dM, dMX)
+
+    def _backward_steps(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
+        """`_backward_calls` without sparse or LoRA, its elementwise parts compiled (`step_kernels`)."""
+        B, H = dH.shape[1], self.H
+        w_m_t, w_mh_t = self.wb["w_m"].T, self.wb["w_mh"].T
+        dh_next, dc_next, dc = (torch.zeros(B, H, dtype=torch.float64) for _ in range(3))
+        dhn, dcn, dc_ = _arrays(dh_next, dc_next, dc)
+        for t in reversed(range(T)):
+            dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t = _arrays(
+                dH[t], dcfd[t], K[t], dZ[t], dM[t], exm[t], dMX[t], f[t]
+            )
+            step_kernels.grad_gates(dh_t, dhn, dcn, dcfd_t, K_t, dc_, dZ_t, GRAD_MAX, DZ_MAX)
+            torch.mm(dZ[t], w_m_t, out=dM[t])
+            step_kernels.grad_mult(dM_t, exm_t, dMX_t, GRAD_MAX)
+            torch.mm(dMX[t], w_mh_t, out=dh_next)
+            step_kernels.grad_carry(dhn, dc_, f_t, dcn)
+
+    def _backward_calls(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
+        """Through the steps, last to first: the gates' gradients dZ, dM (m's) and dMX (the mult's)."""
+        B, H, dev = dH.shape[1], self.H, dH.device
+        sb, lora, k = self.sb, self.lora_on, self.k
+        dh_next = torch.zeros(B, H, dtype=torch.float64, device=dev)
+        dc_next = torch.zeros(B, H, dtype=torch.float64, device=dev)
+        w_m_t, w_mh_t = self.wb["w_m"].T, self.wb["w_mh"].T
+        m_t = self.Mb.T if k else None
         # LoRA on W_m, W_mh: dm += round(dZ B^T) A^T, dh += round(dmx B^T) A^T (the q kept for A's gradient)
         lm, lmh = ("w_m" in lora, "w_mh" in lora)
         if lm:
             bm_t, am_t = sb["w_m.B"].T, sb["w_m.A"].T
         if lmh:
             bmh_t, amh_t = sb["w_mh.B"].T, sb["w_mh.A"].T
-        none = torch.zeros(T, B, 0, dtype=torch.float64, device=dl.device)
+        none = torch.zeros(T, B, 0, dtype=torch.float64, device=dev)
         qm, qmh = (self.LQ[n][:T] if n in lora else none for n in ("w_m", "w_mh"))
         views = (dH, dcfd, K, dZ, dM, exm, dMX, f, self.DHS[:T], qm, qmh)
         steps = zip(*(x.unbind(0) for x in views), strict=True)
@@ -479,7 +532,9 @@ class ExactMLSTM(CarriedState):
             dh_next.round_()
             dc_next = torch.mul(dc, f_t).round_()
 
-        # weight gradients: one matmul each over all T*B positions, rescaled to units of 2^-16
+    def _weight_gradients(self, T, dl, dZ, dM, dMX) -> None:
+        """The weights' gradients: one matmul each over all T*B positions, rescaled to units of 2^-16."""
+        B, k, lora, g = dl.shape[1], self.k, self.lora_on, self.g
         flat = lambda x: x.reshape(T * B, -1)  # noqa: E731
         if k:  # the network is frozen: M's gradient alone (|h dh'| <= 2^34, summed over <= 2^14: exact)
             torch.mm(flat(self.HP[:T]).T, flat(self.DHS[:T]), out=self.sg["M"]).mul_(2.0**-FA).round_()

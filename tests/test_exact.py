@@ -188,6 +188,44 @@ def test_backward_matches_the_float64_gradient():
     assert float((got - want).norm() / want.norm()) < 0.05
 
 
+@pytest.mark.parametrize("scale", [0.5, 6.0])
+def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale):
+    """On the CPU the step's and the backward's elementwise parts run compiled (`step_kernels`);
+    the torch calls they replace still run on other devices. Both give the same integers in every
+    buffer, on real text, from a carried state with c past its bound (so c and the tanh's table
+    input are clamped), and with weights large enough (scale 6) to drive m and the gates' table
+    inputs into their clamps too."""
+    lanes, steps = 4, 24
+    master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
+    compiled, calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps), ExactMLSTM(SHAPE, master.clone(), lanes, steps)
+    assert compiled.compiled
+    calls.compiled = False  # as on a GPU
+    rng = np.random.default_rng(5)  # a carried state from anywhere in its range, c past its bound
+    h0 = torch.from_numpy(rng.integers(-exact.A, exact.A + 1, (lanes, SHAPE.hidden)).astype(np.float64))
+    c0 = torch.from_numpy(rng.integers(-300 * exact.A, 300 * exact.A, (lanes, SHAPE.hidden)).astype(np.float64))
+    for net in (compiled, calls):
+        net.HS[0], net.CS[0] = h0, c0
+    tokens = _tokens(lanes, steps)
+    prev = torch.zeros(lanes, dtype=torch.long)
+    for t in range(steps):
+        logits = compiled.step(prev, t)
+        assert torch.equal(logits, calls.step(prev, t)), t
+        freqs = torch.from_numpy(frequencies(logits.numpy()))
+        compiled.record(t, freqs)
+        calls.record(t, freqs)
+        prev = tokens[t]
+    for name in ("HS", "CS", "Z", "M", "HM", "EXM", "TC", "IN"):
+        assert torch.equal(getattr(compiled, name), getattr(calls, name)), name
+    if scale > 1:  # the clamps were reached
+        assert float(compiled.M.abs().max()) == exact.M_MAX * exact.A
+        assert float(compiled.CS[1:].abs().max()) == exact.C_MAX * exact.A
+    mask = torch.ones(steps, lanes, dtype=torch.float64)
+    mask[-3:, 2:] = 0  # a ragged end
+    compiled.backward(steps, tokens, mask)
+    calls.backward(steps, tokens, mask)
+    assert torch.equal(compiled.grad, calls.grad) and compiled.grad.abs().sum() > 0
+
+
 def _adapter(rule, **kw):
     theta = init_params(SHAPE, 1) * 0.5
     master = to_master(theta)

@@ -1,0 +1,90 @@
+"""The elementwise parts of the exact network's step (`exact.ExactMLSTM.step`), compiled by numba:
+two passes between the step's three matmuls instead of some twenty torch calls, each of which
+costs more in dispatch than in arithmetic at a few lanes.
+
+They compute what the torch calls compute (still used on other devices), bit for bit: every value
+is a float64 integer multiple of its unit, each product and sum is exact (one IEEE operation whose
+result is representable; numba leaves contraction off without fastmath), a rounding is half to
+even (`np.rint`, as torch's `round_`), a clamp an exact comparison, and a table index the
+truncation of an exact non-negative value (as torch's `.long()`). `tests/test_exact.py` compares
+the two ways.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound):
+    """Per lane b, with x = prev[b]: exm = W_mx[x] (the first H columns of `inputs`); hm rounded;
+    m = clamp(round(exm hm), +-m_bound); gz = gate_in[x] (the gates' indices before the m W_m term)."""
+    B, H = hm.shape
+    for b in range(B):
+        x = prev[b]
+        for j in range(H):
+            e = inputs[x, j]
+            r = np.rint(hm[b, j])
+            hm[b, j] = r
+            exm[b, j] = e
+            m[b, j] = min(max(np.rint(e * r), -m_bound), m_bound)
+        for j in range(gz.shape[1]):
+            gz[b, j] = gate_in[x, j]
+
+
+@njit(cache=True)
+def cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi):
+    """From the gates' table indices gz (B, 4H; clamped to [gate_lo, gate_hi] per column and
+    truncated): gates i, f, o, u = table[index]; c1 = clamp(round(f c0 + i u), +-c_bound);
+    tc = table[trunc(clamp(tanh_off + c_scale c1, tanh_lo, tanh_hi))]; h1 = round(o tc)."""
+    B, H = c0.shape
+    for b in range(B):
+        for j in range(4 * H):
+            gates[b, j] = table[np.int64(min(max(gz[b, j], gate_lo[j]), gate_hi[j]))]
+        for j in range(H):
+            i, f, o, u = gates[b, j], gates[b, H + j], gates[b, 2 * H + j], gates[b, 3 * H + j]
+            c = min(max(np.rint(f * c0[b, j] + i * u), -c_bound), c_bound)
+            c1[b, j] = c
+            t = table[np.int64(min(max(tanh_off + c_scale * c, tanh_lo), tanh_hi))]
+            tc[b, j] = t
+            h1[b, j] = np.rint(o * t)
+
+
+@njit(cache=True)
+def grad_gates(dh_t, dh_next, dc_next, dcfd_t, K_t, dc, dZ_t, g_bound, dz_bound):
+    """The backward's step t up to the gates: dh = clamp(dh_t + dh_next) (kept in dh_t);
+    dc = clamp(round(dh dcfd) + dc_next); dZ = clamp(round([dc, dc, dh, dc] K)) (bounds +-g_bound,
+    +-dz_bound; dh_next and dc_next come rounded from step t + 1, zeros at the last step)."""
+    B, H = dh_t.shape
+    for b in range(B):
+        for j in range(H):
+            dh = min(max(dh_t[b, j] + dh_next[b, j], -g_bound), g_bound)
+            dh_t[b, j] = dh
+            c = min(max(np.rint(dh * dcfd_t[b, j]) + dc_next[b, j], -g_bound), g_bound)
+            dc[b, j] = c
+            dZ_t[b, j] = min(max(np.rint(c * K_t[b, j]), -dz_bound), dz_bound)
+            dZ_t[b, H + j] = min(max(np.rint(c * K_t[b, H + j]), -dz_bound), dz_bound)
+            dZ_t[b, 2 * H + j] = min(max(np.rint(dh * K_t[b, 2 * H + j]), -dz_bound), dz_bound)
+            dZ_t[b, 3 * H + j] = min(max(np.rint(c * K_t[b, 3 * H + j]), -dz_bound), dz_bound)
+
+
+@njit(cache=True)
+def grad_mult(dm, exm_t, dmx, g_bound):
+    """dm = clamp(round(dm)) in place (dZ W_m^T); dmx = clamp(round(dm exm)) (bounds +-g_bound)."""
+    B, H = dm.shape
+    for b in range(B):
+        for j in range(H):
+            d = min(max(np.rint(dm[b, j]), -g_bound), g_bound)
+            dm[b, j] = d
+            dmx[b, j] = min(max(np.rint(d * exm_t[b, j]), -g_bound), g_bound)
+
+
+@njit(cache=True)
+def grad_carry(dh_next, dc, f_t, dc_next):
+    """What step t passes to step t - 1: dh_next = round(dmx W_mh^T) in place; dc_next = round(dc f)."""
+    B, H = dc.shape
+    for b in range(B):
+        for j in range(H):
+            dh_next[b, j] = np.rint(dh_next[b, j])
+            dc_next[b, j] = np.rint(dc[b, j] * f_t[b, j])
