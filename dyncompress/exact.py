@@ -356,10 +356,14 @@ class ExactMLSTM(CarriedState):
         if self.compiled:
             self.np_views = [
                 _arrays(self.IN[t], self.EXM[t], self.HM[t], self.M[t], Z[t], self.CS[t], self.CS[t + 1], self.TC[t],
-                        self.HS[t + 1])
+                        self.HS[t + 1], self.HS[t])
                 for t in range(n)
             ]  # fmt: skip
-            self.np_const = _arrays(self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table)
+            # (views of the weights' copies: `refresh` writes into them in place)
+            self.np_const = _arrays(
+                self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table,
+                self.w["w_mh"], self.w["w_m"], self.w["w_out"], self.w["b_out"],
+            )  # fmt: skip
         self.refresh()
 
     def refresh(self) -> None:
@@ -389,24 +393,28 @@ class ExactMLSTM(CarriedState):
         w = self.w
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)
-        if not self.compiled:
+        if self.compiled:
+            x, exm_, hm_, m_, gates_, c0_, c1_, tc_, h1_, h0_ = self.np_views[t]
+            inputs, gate_in, gz_, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
+            hm.zero_()
+            step_kernels.matmul_add(h0_, w_mh, hm_, 1.0)
+        else:
             torch.index_select(self.mx_rows, 0, prev, out=exm)
-        torch.mm(h0, w["w_mh"], out=hm)
+            torch.mm(h0, w["w_mh"], out=hm)
         if self.lora_mh:  # + round(h A) B: multiples of 2^-20 below 2^33 units, summed exactly; rounded once
             fa, fb, P = self.lora_mh
             hm.addmm_(torch.mm(h0, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb)
+        # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
+        # clamped to the table and rounded half up by the truncation (all exact)
         if self.compiled:  # the same as the calls below, in one pass
-            x, exm_, hm_, m_, gates_, c0_, c1_, tc_, h1_ = self.np_views[t]
-            inputs, gate_in, gz_, lo, hi, table = self.np_const
             step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A)
+            step_kernels.matmul_add(m_, w_m, gz_, 2.0 ** (FI - FA))
             gz = self.GZ
         else:
             hm.round_()
             torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
             gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ)
-        # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
-        # clamped to the table and rounded half up by the truncation (all exact)
-        gz.addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
+            gz.addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
         if self.lora_m:  # + 2^-2 round(m A) B (|m A| < 2^51 units of 2^-20: exact)
             fa, fb, P = self.lora_m
             gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
@@ -426,7 +434,12 @@ class ExactMLSTM(CarriedState):
         if self.k:  # h' = h + h M on the first k units (|h M| < 2^45 units of 2^-20: exact), kept in [-1, 1]
             hp = self.HP[t].copy_(h[:, : self.k])
             h[:, : self.k].add_(torch.mm(hp, self.Mf).round_()).clamp_(-A, A)
-        logits = torch.addmm(w["b_out"], h, w["w_out"], beta=A)
+        if self.compiled:
+            logits = torch.empty(h.shape[0], ALPHABET, dtype=torch.float64)
+            np.multiply(b_out, A, out=logits.numpy())  # (broadcast over the lanes; exact)
+            step_kernels.matmul_add(h.numpy(), w_out, logits.numpy(), 1.0)
+        else:
+            logits = torch.addmm(w["b_out"], h, w["w_out"], beta=A)
         if self.lora_out:  # + round(h A) B: multiples of 2^-20, |.| < 2^25 units
             fa, fb, P = self.lora_out
             logits.addmm_(torch.mm(h, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb)
