@@ -496,17 +496,16 @@ class ExactMLSTM(CarriedState):
     def _backward_steps(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
         """`_backward_calls` without sparse or LoRA, its elementwise parts compiled (`step_kernels`)."""
         B, H = dH.shape[1], self.H
-        w_m_t, w_mh_t = self.wb["w_m"].T, self.wb["w_mh"].T
-        dh_next, dc_next, dc = (torch.zeros(B, H, dtype=torch.float64) for _ in range(3))
-        dhn, dcn, dc_ = _arrays(dh_next, dc_next, dc)
+        w_m, w_mh = _arrays(self.wb["w_m"], self.wb["w_mh"])  # (the products below are with their transposes)
+        dhn, dcn, dc_ = (np.zeros((B, H)) for _ in range(3))
         for t in reversed(range(T)):
             dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t = _arrays(
                 dH[t], dcfd[t], K[t], dZ[t], dM[t], exm[t], dMX[t], f[t]
             )
             step_kernels.grad_gates(dh_t, dhn, dcn, dcfd_t, K_t, dc_, dZ_t, GRAD_MAX, DZ_MAX)
-            torch.mm(dZ[t], w_m_t, out=dM[t])
+            step_kernels.matmul_nt(dZ_t, w_m, dM_t)
             step_kernels.grad_mult(dM_t, exm_t, dMX_t, GRAD_MAX)
-            torch.mm(dMX[t], w_mh_t, out=dh_next)
+            step_kernels.matmul_nt(dMX_t, w_mh, dhn)
             step_kernels.grad_carry(dhn, dc_, f_t, dcn)
 
     def _backward_calls(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:

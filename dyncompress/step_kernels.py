@@ -104,3 +104,32 @@ def matmul_add(x, W, out, alpha):
             xb = alpha * x[b, k]
             for j in range(N):
                 out[b, j] += xb * W[k, j]
+
+
+@njit(cache=True, fastmath={"contract", "reassoc"})
+def matmul_nt(x, W, out):
+    """out = x W^T for x (B, K), W (N, K), out (B, N): dot products along W's contiguous rows, two
+    lanes at a time, four lanes' rows of x at a time (they stay in the L1 cache; at 4 lanes 2.5
+    times MKL's speed on W_m here, at 8 lanes 1.6). Exact in any order of the sums (reassociated,
+    fused): every product and partial sum is a representable multiple of the units' product."""
+    B, K = x.shape
+    N = W.shape[0]
+    for b0 in range(0, B, 4):
+        b1 = min(B, b0 + 4)
+        for i in range(N):
+            b = b0
+            while b + 2 <= b1:
+                a0 = 0.0
+                a1 = 0.0
+                for j in range(K):
+                    w = W[i, j]
+                    a0 += x[b, j] * w
+                    a1 += x[b + 1, j] * w
+                out[b, i] = a0
+                out[b + 1, i] = a1
+                b += 2
+            if b < b1:
+                acc = 0.0
+                for j in range(K):
+                    acc += x[b, j] * W[i, j]
+                out[b, i] = acc
