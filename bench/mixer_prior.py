@@ -21,8 +21,7 @@ import numpy as np
 from exact_vs_float import ROOT, SHARED  # bench/ is on the path
 
 from dyncompress.api import resolve_model
-from dyncompress.codec import Codec
-from dyncompress.measure import _measure_block
+from dyncompress.codec import Codec, encode_block
 from dyncompress.mix import prior_sha256
 from dyncompress.settings import ALL_EXPERTS, make_settings
 
@@ -38,7 +37,7 @@ def learned_rows(data: bytes, model) -> tuple[np.ndarray, np.ndarray]:
     """The mixer's rows (W, W_slow) after coding `data` from the hand-set weights."""
     settings = make_settings(model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="")
     codec = Codec(settings, model)
-    _measure_block(codec, data, None, False, [], [])
+    encode_block(codec, data)
     experts = codec.predictor.experts
     return experts.W.copy(), experts.W_slow.copy()
 

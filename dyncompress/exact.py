@@ -295,7 +295,8 @@ class ExactMLSTM(CarriedState):
         # gates: columns i, f, o index the sigmoid half, u the tanh half (+0.5: round half up)
         lo = torch.cat([torch.zeros(3 * H), torch.full((H,), 2.0 * R + 1)]).to(**f64)
         self.gate_off, self.gate_lo, self.gate_hi = lo + R + 0.5, lo.expand(B, -1), (lo + 2 * R).expand(B, -1)
-        self.tanh_off = torch.full((B, H), 3.0 * R + 1.5, **f64)
+        self.tanh_at = 3.0 * R + 1.5  # the tanh half's index of c = 0 (+0.5: round half up)
+        self.tanh_off = torch.full((B, H), self.tanh_at, **f64)
         self.tanh_lo, self.tanh_hi = 2.0 * R + 1, 4.0 * R + 1
         self.fw = torch.zeros(master.shape, **f64)
         self.bw = torch.zeros(master.shape, **f64)  # (its w_in part unused)
@@ -420,7 +421,7 @@ class ExactMLSTM(CarriedState):
             gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
         if self.compiled:
             step_kernels.cell(
-                gz_, lo, hi, table, c0_, gates_, c1_, tc_, h1_, C_MAX * A, 2.0 ** (FI - FA), 3.0 * R + 1.5,
+                gz_, lo, hi, table, c0_, gates_, c1_, tc_, h1_, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at,
                 self.tanh_lo, self.tanh_hi,
             )  # fmt: skip
             h = h1
@@ -437,7 +438,7 @@ class ExactMLSTM(CarriedState):
         if self.compiled:
             logits = torch.empty(h.shape[0], ALPHABET, dtype=torch.float64)
             np.multiply(b_out, A, out=logits.numpy())  # (broadcast over the lanes; exact)
-            step_kernels.matmul_add(h.numpy(), w_out, logits.numpy(), 1.0)
+            step_kernels.matmul_add(h1_, w_out, logits.numpy(), 1.0)  # (h is h1)
         else:
             logits = torch.addmm(w["b_out"], h, w["w_out"], beta=A)
         if self.lora_out:  # + round(h A) B: multiples of 2^-20, |.| < 2^25 units

@@ -124,9 +124,9 @@ PPM_TRUST = (1 << 16) // 4  # the PPM input's initial weight
 APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 APM2_RATE = 20  # the rate of its (previous byte, byte) table
-# The mixer priors (settings.MIX_PRIORS): the starting rows of every weight set, for the fast mixer and
-# the slow, and the SHA-256 of their int64 little-endian bytes (W | W_slow). Made by `bench/mixer_prior.py`.
-PRIOR_FILES = {"text1": "prior_text1.npz"}
+# The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
+# every weight set, for the fast mixer and the slow, and the SHA-256 of their int64 little-endian
+# bytes (W | W_slow). Made by `bench/mixer_prior.py`.
 PRIOR_SHA256 = {"text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b"}
 
 
@@ -173,7 +173,7 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     against the `shape` the experts need (read-only arrays)."""
     from importlib import resources
 
-    file = PRIOR_FILES[name]
+    file = f"prior_{name}.npz"
     try:
         with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
             W, W_slow = (npz[k].astype(np.int64) for k in ("W", "W_slow"))

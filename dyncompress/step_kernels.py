@@ -1,13 +1,16 @@
-"""The elementwise parts of the exact network's step (`exact.ExactMLSTM.step`), compiled by numba:
-two passes between the step's three matmuls instead of some twenty torch calls, each of which
-costs more in dispatch than in arithmetic at a few lanes.
+"""The exact network's step and backward on the CPU (`exact.ExactMLSTM`), compiled by numba: the
+step's elementwise work in two passes and its three matmuls in one kernel (`matmul_add`), the
+backward's elementwise work in three passes per step and its matmuls with the transposed weights
+in another (`matmul_nt`), instead of some twenty torch calls a step, each of which costs more in
+dispatch than in arithmetic at a few lanes (and MKL's float64 matmuls at a few rows run at about
+half the machine's rate).
 
 They compute what the torch calls compute (still used on other devices), bit for bit: every value
-is a float64 integer multiple of its unit, each product and sum is exact (one IEEE operation whose
-result is representable; numba leaves contraction off without fastmath), a rounding is half to
-even (`np.rint`, as torch's `round_`), a clamp an exact comparison, and a table index the
-truncation of an exact non-negative value (as torch's `.long()`). `tests/test_exact.py` compares
-the two ways.
+is a float64 integer multiple of its unit and every product and sum is exact (its result is
+representable), so the order of a sum, a fused multiply-add (the matmul kernels allow both) or
+the torch calls' blocking cannot change it; a rounding is half to even (`np.rint`, as torch's
+`round_`), a clamp an exact comparison, and a table index the truncation of an exact
+non-negative value (as torch's `.long()`). `tests/test_exact.py` compares the two ways.
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ def corpus(name: str) -> bytes:
     return (CORPORA / name).read_bytes()
 
 
+@pytest.fixture(scope="session")
+def model():
+    """The shipped model (`settings.DEFAULT_MODEL`)."""
+    from dyncompress.api import resolve_model
+    from dyncompress.settings import DEFAULT_MODEL
+
+    return resolve_model(DEFAULT_MODEL)
+
+
 def rewrite_header(packed: bytes, edit) -> bytes:
     """The stream with its header edited (and its end marker's stream length set to match)."""
     meta, end = parse_header(packed)

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import CORPORA, corpus, run_cli
-from dyncompress.api import Compressor, compress, decompress, resolve_model
+from dyncompress.api import Compressor, compress, decompress
 from dyncompress.auto import AUTO_MIN, ONLINE, ONLINE_ABOVE, PROBE_BYTES, choose_start, probe_bits
 from dyncompress.batch import encode_plan
 from dyncompress.container import parse_header
@@ -12,11 +12,6 @@ from dyncompress.settings import DEFAULT_MODEL
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned
 TEXT = corpus("alice29.txt")[:AUTO_MIN]
-
-
-@pytest.fixture(scope="module")
-def model():
-    return resolve_model(DEFAULT_MODEL)
 
 
 def header_of(packed: bytes) -> dict:

@@ -10,7 +10,6 @@ import torch
 
 from conftest import NET, corpus, rewrite_header
 from dyncompress import DyncompressError, compress, decompress
-from dyncompress.api import resolve_model
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.container import FORMAT2_MIX, parse_header
 from dyncompress.exact import checked_tables, frequencies
@@ -26,7 +25,7 @@ from dyncompress.mix import (
     table_bytes,
 )
 from dyncompress.mix_kernels import frequencies as integer_frequencies
-from dyncompress.settings import DEFAULT_MODEL, DEFAULT_PRIOR, EXPERTS, MixSettings, Settings, make_settings
+from dyncompress.settings import DEFAULT_PRIOR, EXPERTS, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
@@ -332,11 +331,6 @@ def test_bad_expert_settings_are_refused():
 def test_format2_settings_read_as_no_experts():
     """A format-2 header has no `mix`: it reads as the network alone (what format 2 coded)."""
     assert MixSettings(**FORMAT2_MIX).expert_names == ()
-
-
-@pytest.fixture(scope="module")
-def model():
-    return resolve_model(DEFAULT_MODEL)
 
 
 def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
