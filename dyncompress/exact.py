@@ -66,6 +66,8 @@ GRAD_MAX = 2 ** (G + 6)  # |dh|, |dc|, |dm W| bound (gradient values 64)
 DZ_MAX = 2 ** (G + 4)  # |dZ| bound (value 16)
 P_MAX = float(16 << FA)  # |x A| bound of a LoRA factor's product (value 16)
 R = T_RANGE << FI  # table index of input 0 (each half has R entries)
+FORWARD_MATRICES = ("w_mh", "w_m", "w_out")  # (the step's matmuls, in order)
+BACKWARD_MATRICES = ("w_m", "w_mh")  # (the backward's matmuls through the steps)
 
 # SHA-256 of the tables' int64 little-endian bytes (sigmoid | tanh | exp), as built by `Tables`.
 TABLES_SHA256 = "bc8abacf9b3e8ada265ad1a58a23a07a59d1faf4af315e22c17cd3a885d195cc"
@@ -360,11 +362,18 @@ class ExactMLSTM(CarriedState):
                         self.HS[t + 1], self.HS[t])
                 for t in range(n)
             ]  # fmt: skip
+            # The matmul kernel (dot products along W's rows) reads float32 copies of the matrices:
+            # the forward's transposed, the backward's as they are. Exact: a forward weight is
+            # k 2^-20, a backward one k 2^-16, with |k| <= 2^23, and float32 holds every integer up
+            # to 2^24; half the bytes of float64 to stream through the caches every step
+            self.w_t32 = {k: torch.zeros(self.w[k].T.shape, dtype=torch.float32) for k in FORWARD_MATRICES}
+            self.wb32 = {k: torch.zeros(self.wb[k].shape, dtype=torch.float32) for k in BACKWARD_MATRICES}
             # (views of the weights' copies: `refresh` writes into them in place)
             self.np_const = _arrays(
                 self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table,
-                self.w["w_mh"], self.w["w_m"], self.w["w_out"], self.w["b_out"],
+                *self.w_t32.values(), self.w["b_out"],
             )  # fmt: skip
+            self.np_back = _arrays(*self.wb32.values())
         self.refresh()
 
     def refresh(self) -> None:
@@ -374,11 +383,22 @@ class ExactMLSTM(CarriedState):
         backward's matrices transposed, for contiguous matmuls, costs more in rounding them than it
         saves.)"""
         n = self.w_in_size
-        rounded(self.master[:n], FW, self.inputs.view(-1))
-        rounded(self.master[n:], FW, self.fw[n:])
+        if self.compiled:  # the same as the calls below, in two passes
+            scales = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
+            master, inputs, fw, bw = _arrays(self.master, self.inputs.view(-1), self.fw, self.bw)
+            step_kernels.round_weights(master[:n], *scales[0], inputs, *scales[1], bw[:0])
+            step_kernels.round_weights(master[n:], *scales[0], fw[n:], *scales[1], bw[n:])
+        else:
+            rounded(self.master[:n], FW, self.inputs.view(-1))
+            rounded(self.master[n:], FW, self.fw[n:])
+            rounded(self.master[n:], FB, self.bw[n:])
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
-        rounded(self.master[n:], FB, self.bw[n:])
+        if self.compiled:
+            for k, w in self.w_t32.items():
+                step_kernels.float32_copy(*_arrays(self.w[k], w), True)
+            for k, w in self.wb32.items():
+                step_kernels.float32_copy(*_arrays(self.wb[k], w), False)
         self.refresh_side()
 
     def refresh_side(self) -> None:
@@ -397,8 +417,7 @@ class ExactMLSTM(CarriedState):
         if self.compiled:
             x, exm_, hm_, m_, gates_, c0_, c1_, tc_, h1_, h0_ = self.np_views[t]
             inputs, gate_in, gz_, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
-            hm.zero_()
-            step_kernels.matmul_add(h0_, w_mh, hm_, 1.0)
+            step_kernels.matmul_nt(h0_, w_mh, hm_, 1.0, False)
         else:
             torch.index_select(self.mx_rows, 0, prev, out=exm)
             torch.mm(h0, w["w_mh"], out=hm)
@@ -409,7 +428,7 @@ class ExactMLSTM(CarriedState):
         # clamped to the table and rounded half up by the truncation (all exact)
         if self.compiled:  # the same as the calls below, in one pass
             step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A)
-            step_kernels.matmul_add(m_, w_m, gz_, 2.0 ** (FI - FA))
+            step_kernels.matmul_nt(m_, w_m, gz_, 2.0 ** (FI - FA), True)
             gz = self.GZ
         else:
             hm.round_()
@@ -438,7 +457,7 @@ class ExactMLSTM(CarriedState):
         if self.compiled:
             logits = torch.empty(h.shape[0], ALPHABET, dtype=torch.float64)
             np.multiply(b_out, A, out=logits.numpy())  # (broadcast over the lanes; exact)
-            step_kernels.matmul_add(h1_, w_out, logits.numpy(), 1.0)  # (h is h1)
+            step_kernels.matmul_nt(h1_, w_out, logits.numpy(), 1.0, True)  # (h is h1)
         else:
             logits = torch.addmm(w["b_out"], h, w["w_out"], beta=A)
         if self.lora_out:  # + round(h A) B: multiples of 2^-20, |.| < 2^25 units
@@ -497,16 +516,16 @@ class ExactMLSTM(CarriedState):
     def _backward_steps(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
         """`_backward_calls` without sparse or LoRA, its elementwise parts compiled (`step_kernels`)."""
         B, H = dH.shape[1], self.H
-        w_m, w_mh = _arrays(self.wb["w_m"], self.wb["w_mh"])  # (the products below are with their transposes)
+        w_m, w_mh = self.np_back  # (the products below are with their transposes)
         dhn, dcn, dc_ = (np.zeros((B, H)) for _ in range(3))
         for t in reversed(range(T)):
             dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t = _arrays(
                 dH[t], dcfd[t], K[t], dZ[t], dM[t], exm[t], dMX[t], f[t]
             )
             step_kernels.grad_gates(dh_t, dhn, dcn, dcfd_t, K_t, dc_, dZ_t, GRAD_MAX, DZ_MAX)
-            step_kernels.matmul_nt(dZ_t, w_m, dM_t)
+            step_kernels.matmul_nt(dZ_t, w_m, dM_t, 1.0, False)
             step_kernels.grad_mult(dM_t, exm_t, dMX_t, GRAD_MAX)
-            step_kernels.matmul_nt(dMX_t, w_mh, dhn)
+            step_kernels.matmul_nt(dMX_t, w_mh, dhn, 1.0, False)
             step_kernels.grad_carry(dhn, dc_, f_t, dcn)
 
     def _backward_calls(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:

@@ -93,46 +93,85 @@ def grad_carry(dh_next, dc, f_t, dc_next):
             dc_next[b, j] = np.rint(dc[b, j] * f_t[b, j])
 
 
-@njit(cache=True, fastmath={"contract"})
-def matmul_add(x, W, out, alpha):
-    """out += alpha x W for x (B, K), W (K, N), out (B, N), alpha a power of two: row by row of W,
-    every lane's row of out updated along it (at a few lanes out stays in the L1 cache; 1.2 ... 1.5
-    times MKL's speed here). Exact: every product and partial sum is a representable multiple of
-    the units' product (the bounds of `exact`), so a fused multiply-add, which rounds once, gives
-    what the multiply and the add give."""
-    B, K = x.shape
-    N = W.shape[1]
-    for k in range(K):
-        for b in range(B):
-            xb = alpha * x[b, k]
-            for j in range(N):
-                out[b, j] += xb * W[k, j]
-
-
 @njit(cache=True, fastmath={"contract", "reassoc"})
-def matmul_nt(x, W, out):
-    """out = x W^T for x (B, K), W (N, K), out (B, N): dot products along W's contiguous rows, two
-    lanes at a time, four lanes' rows of x at a time (they stay in the L1 cache; at 4 lanes 2.5
-    times MKL's speed on W_m here, at 8 lanes 1.6). Exact in any order of the sums (reassociated,
-    fused): every product and partial sum is a representable multiple of the units' product."""
+def matmul_nt(x, W, out, alpha, add):
+    """out = alpha x W^T (+ out if `add`) for x (B, K), W (N, K) (float32 or float64), out (B, N),
+    alpha a power of two: dot products along W's contiguous rows, four lanes at a time (then two,
+    then one), so every row of W is read once per four lanes and the lanes' rows of x stay in
+    the L1 cache (at 4 lanes W_m's product takes half the time of a walk along the rows of W
+    untransposed, at 8 lanes under half; MKL's is slower still). Exact in any order of the sums
+    (reassociated, fused): every product and partial sum is a representable multiple of the
+    units' product (the bounds of `exact`), and float32 weights are read exactly as float64."""
     B, K = x.shape
     N = W.shape[0]
-    for b0 in range(0, B, 4):
-        b1 = min(B, b0 + 4)
+    b = 0
+    while b + 4 <= B:
         for i in range(N):
-            b = b0
-            while b + 2 <= b1:
-                a0 = 0.0
-                a1 = 0.0
-                for j in range(K):
-                    w = W[i, j]
-                    a0 += x[b, j] * w
-                    a1 += x[b + 1, j] * w
-                out[b, i] = a0
-                out[b + 1, i] = a1
-                b += 2
-            if b < b1:
-                acc = 0.0
-                for j in range(K):
-                    acc += x[b, j] * W[i, j]
-                out[b, i] = acc
+            a0 = a1 = a2 = a3 = 0.0
+            for j in range(K):
+                w = np.float64(W[i, j])
+                a0 += x[b, j] * w
+                a1 += x[b + 1, j] * w
+                a2 += x[b + 2, j] * w
+                a3 += x[b + 3, j] * w
+            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
+            out[b + 1, i] = alpha * a1 + (out[b + 1, i] if add else 0.0)
+            out[b + 2, i] = alpha * a2 + (out[b + 2, i] if add else 0.0)
+            out[b + 3, i] = alpha * a3 + (out[b + 3, i] if add else 0.0)
+        b += 4
+    if b + 2 <= B:
+        for i in range(N):
+            a0 = a1 = 0.0
+            for j in range(K):
+                w = np.float64(W[i, j])
+                a0 += x[b, j] * w
+                a1 += x[b + 1, j] * w
+            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
+            out[b + 1, i] = alpha * a1 + (out[b + 1, i] if add else 0.0)
+        b += 2
+    if b < B:
+        for i in range(N):
+            a0 = 0.0
+            for j in range(K):
+                a0 += x[b, j] * np.float64(W[i, j])
+            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
+
+
+@njit(cache=True)
+def float32_copy(src, dst, transpose):
+    """dst = src (K, N) as float32, or its transpose (N, K) when `transpose` (in 8 x 8 tiles: a
+    quarter of the time of torch's strided copy). Exact for the weights' copies: multiples of
+    2^-20 below 8, integers below 2^24 in their unit."""
+    K, N = src.shape
+    if not transpose:
+        for k in range(K):
+            for n in range(N):
+                dst[k, n] = np.float32(src[k, n])
+        return
+    T = 8
+    k_full, n_full = K - K % T, N - N % T
+    tile = np.empty((T, T), np.float32)
+    for k0 in range(0, k_full, T):
+        for n0 in range(0, n_full, T):
+            for a in range(T):
+                for c in range(T):
+                    tile[c, a] = np.float32(src[k0 + a, n0 + c])
+            for c in range(T):
+                for a in range(T):
+                    dst[n0 + c, k0 + a] = tile[c, a]
+    for k in range(K):  # the ragged edges
+        for n in range(n_full if k < k_full else 0, N):
+            dst[n, k] = np.float32(src[k, n])
+
+
+@njit(cache=True)
+def round_weights(master, scale_f, unit_f, fw, scale_b, unit_b, bw):
+    """The weights' rounded copies from the master (flat) in one pass: fw = rint(master scale_f)
+    unit_f, and bw likewise unless it is empty (`exact.rounded`, for scales and units that are
+    powers of two: exact)."""
+    with_bw = bw.shape[0] > 0
+    for i in range(master.shape[0]):
+        m = master[i]
+        fw[i] = np.rint(m * scale_f) * unit_f
+        if with_bw:
+            bw[i] = np.rint(m * scale_b) * unit_b
