@@ -362,18 +362,22 @@ class ExactMLSTM(CarriedState):
                         self.HS[t + 1], self.HS[t])
                 for t in range(n)
             ]  # fmt: skip
-            # The matmul kernel (dot products along W's rows) reads float32 copies of the matrices:
-            # the forward's transposed, the backward's as they are. Exact: a forward weight is
-            # k 2^-20, a backward one k 2^-16, with |k| <= 2^23, and float32 holds every integer up
-            # to 2^24; half the bytes of float64 to stream through the caches every step
+            # The kernels read float32 copies, exact, of the table (multiples of 2^-16 in [0, 1] and
+            # integers up to 2^12: 256 kB for the gates' scattered reads, not 512) and of the
+            # matrices (a forward weight is k 2^-20, a backward one k 2^-16, |k| <= 2^23: float32
+            # holds every integer up to 2^24; half the bytes to stream through the caches every
+            # step): the forward's transposed, for the matmul kernel's dot products along W's rows
             self.w_t32 = {k: torch.zeros(self.w[k].T.shape, dtype=torch.float32) for k in FORWARD_MATRICES}
             self.wb32 = {k: torch.zeros(self.wb[k].shape, dtype=torch.float32) for k in BACKWARD_MATRICES}
             # (views of the weights' copies: `refresh` writes into them in place)
             self.np_const = _arrays(
-                self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table,
+                self.inputs, self.gate_in, self.GZ, self.gate_lo[0], self.gate_hi[0], self.table.float(),
                 *self.w_t32.values(), self.w["b_out"],
             )  # fmt: skip
             self.np_back = _arrays(*self.wb32.values())
+            self.np_F = self.F.numpy()
+        # without side weights the step runs as one compiled call on numpy arrays (`step_array`)
+        self.fast = self.compiled and not self.k and not self.lora_on
         self.refresh()
 
     def refresh(self) -> None:
@@ -407,10 +411,27 @@ class ExactMLSTM(CarriedState):
             rounded(self.side_master, FW, self.side_f)
             rounded(self.side_master, FB, self.side_b)
 
+    def step_array(self, inputs: np.ndarray, t: int) -> np.ndarray:
+        """`step` on numpy arrays where `fast` (on the CPU, no side weights): one compiled call."""
+        x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
+        table_in, gate_in, gz, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
+        logits = np.empty((len(x), ALPHABET))
+        step_kernels.forward(
+            inputs, x, table_in, gate_in, h0, hm, exm, m, gz, lo, hi, table, c0, gates, c1, tc, h1, w_mh, w_m,
+            w_out, b_out, logits, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A,
+        )  # fmt: skip
+        return logits
+
+    def record_array(self, t: int, freqs: np.ndarray) -> None:
+        """`record` where `fast`."""
+        self.np_F[t] = freqs
+
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, t: int) -> torch.Tensor:
         """Step t for every lane given the byte each saw last; returns the logits (B, 256) in
         units of 2^-12, exact multiples of 2^-20."""
+        if self.fast:
+            return torch.from_numpy(self.step_array(inputs.numpy(), t))
         w = self.w
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)

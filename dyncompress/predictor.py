@@ -112,12 +112,17 @@ class MLSTMPredictor:
 
     def forward(self, inputs: np.ndarray) -> np.ndarray:
         """The network's logits (B, 256; units 2^-12) for this step. `learn_from` must follow."""
+        if self.net.fast:
+            return self.net.step_array(inputs, self.t)
         return self.net.step(torch.from_numpy(inputs).to(self.device), self.t).cpu().numpy()
 
     def learn_from(self, freqs: np.ndarray) -> None:
         """The frequencies coded at this step: the segment's gradient step descends their code
         length (the network's own, or the mixture's when experts are mixed in)."""
-        self.net.record(self.t, torch.from_numpy(freqs).to(self.device))
+        if self.net.fast:
+            self.net.record_array(self.t, freqs)
+        else:
+            self.net.record(self.t, torch.from_numpy(freqs).to(self.device))
         self.t += 1
 
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:

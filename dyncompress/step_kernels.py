@@ -55,6 +55,26 @@ def cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, t
 
 
 @njit(cache=True)
+def forward(
+    given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t, w_m_t,
+    w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+):  # fmt: skip
+    """The whole step without side weights (`exact.ExactMLSTM.step_array`), in one call: x = given
+    (the bytes), hm = h0 W_mh, `mult_gates_in`, gz += 2^-2 m W_m, `cell`, and the logits
+    a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`)."""
+    for b in range(x.shape[0]):
+        x[b] = given[b]
+    matmul_nt(h0, w_mh_t, hm, 1.0, False)
+    mult_gates_in(x, inputs, gate_in, hm, exm, m, gz, m_bound)
+    matmul_nt(m, w_m_t, gz, c_scale, True)
+    cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi)
+    for b in range(logits.shape[0]):
+        for j in range(logits.shape[1]):
+            logits[b, j] = a_scale * b_out[j]
+    matmul_nt(h1, w_out_t, logits, 1.0, True)
+
+
+@njit(cache=True)
 def grad_gates(dh_t, dh_next, dc_next, dcfd_t, K_t, dc, dZ_t, g_bound, dz_bound):
     """The backward's step t up to the gates: dh = clamp(dh_t + dh_next) (kept in dh_t);
     dc = clamp(round(dh dcfd) + dc_next); dZ = clamp(round([dc, dc, dh, dc] K)) (bounds +-g_bound,
