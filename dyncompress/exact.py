@@ -67,7 +67,7 @@ DZ_MAX = 2 ** (G + 4)  # |dZ| bound (value 16)
 P_MAX = float(16 << FA)  # |x A| bound of a LoRA factor's product (value 16)
 R = T_RANGE << FI  # table index of input 0 (each half has R entries)
 FORWARD_MATRICES = ("w_mh", "w_m", "w_out")  # (the step's matmuls, in order)
-BACKWARD_MATRICES = ("w_m", "w_mh")  # (the backward's matmuls through the steps)
+BACKWARD_MATRICES = ("w_out", "w_m", "w_mh")  # (the backward's matmuls)
 
 # SHA-256 of the tables' int64 little-endian bytes (sigmoid | tanh | exp), as built by `Tables`.
 TABLES_SHA256 = "bc8abacf9b3e8ada265ad1a58a23a07a59d1faf4af315e22c17cd3a885d195cc"
@@ -282,6 +282,7 @@ class ExactMLSTM(CarriedState):
         lora: int = 0,
         lora_on: tuple[str, ...] = (),
         seed: int = 0,
+        compiled: bool | None = None,
     ) -> None:
         H, n, B = shape.hidden, max_steps, batch
         if H > MAX_HIDDEN:
@@ -354,8 +355,8 @@ class ExactMLSTM(CarriedState):
             for t in range(n)
         ]  # fmt: skip
         # On the CPU the step's elementwise parts run as two compiled passes (`step_kernels`) on the
-        # same memory, as numpy arrays made once; elsewhere as torch's calls
-        self.compiled = dev.type == "cpu"
+        # same memory, as numpy arrays made once; elsewhere (or if `compiled` is False) as torch's calls
+        self.compiled = dev.type == "cpu" if compiled is None else compiled and dev.type == "cpu"
         if self.compiled:
             self.np_views = [
                 _arrays(self.IN[t], self.EXM[t], self.HM[t], self.M[t], Z[t], self.CS[t], self.CS[t + 1], self.TC[t],
@@ -501,6 +502,16 @@ class ExactMLSTM(CarriedState):
         """
         wb, H = self.wb, self.H
         B = targets.shape[1]
+        if self.fast:  # all of it but the weights' gradients in one compiled call (`step_kernels.backward`)
+            dl, dZ, dM, dMX = (torch.empty(T, B, n, dtype=torch.float64) for n in (ALPHABET, 4 * H, H, H))
+            dH, dcfd, K = np.empty((T, B, H)), np.empty((T, B, H)), np.empty((T, B, 4 * H))
+            step_kernels.backward(
+                self.np_F[:T], targets.numpy(), mask.numpy(), weighted,
+                *_arrays(self.Z[:T], self.TC[:T], self.CS[:T], self.EXM[:T]), *self.np_back, dl.numpy(), dH, dcfd,
+                K, *_arrays(dZ, dM, dMX), float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), A, 2.0**FS, GRAD_MAX, DZ_MAX,
+            )  # fmt: skip
+            self._weight_gradients(T, dl, dZ, dM, dMX)
+            return
         Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]
         i, f, o, u = Z[..., :H], Z[..., H : 2 * H], Z[..., 2 * H : 3 * H], Z[..., 3 * H :]
         onehot = torch.nn.functional.one_hot(targets, ALPHABET).to(torch.float64)
@@ -527,27 +538,8 @@ class ExactMLSTM(CarriedState):
         dZ = torch.empty(T, B, 4 * H, dtype=torch.float64, device=dl.device)
         dMX = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
         dM = torch.empty(T, B, H, dtype=torch.float64, device=dl.device)
-        k = self.k
-        if self.compiled and not k and not lora:  # the loop below in three compiled passes per step
-            self._backward_steps(T, dH, dcfd, K, dZ, dM, dMX, exm, f)
-        else:
-            self._backward_calls(T, dH, dcfd, K, dZ, dM, dMX, exm, f)
+        self._backward_calls(T, dH, dcfd, K, dZ, dM, dMX, exm, f)
         self._weight_gradients(T, dl, dZ, dM, dMX)
-
-    def _backward_steps(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
-        """`_backward_calls` without sparse or LoRA, its elementwise parts compiled (`step_kernels`)."""
-        B, H = dH.shape[1], self.H
-        w_m, w_mh = self.np_back  # (the products below are with their transposes)
-        dhn, dcn, dc_ = (np.zeros((B, H)) for _ in range(3))
-        for t in reversed(range(T)):
-            dh_t, dcfd_t, K_t, dZ_t, dM_t, exm_t, dMX_t, f_t = _arrays(
-                dH[t], dcfd[t], K[t], dZ[t], dM[t], exm[t], dMX[t], f[t]
-            )
-            step_kernels.grad_gates(dh_t, dhn, dcn, dcfd_t, K_t, dc_, dZ_t, GRAD_MAX, DZ_MAX)
-            step_kernels.matmul_nt(dZ_t, w_m, dM_t, 1.0, False)
-            step_kernels.grad_mult(dM_t, exm_t, dMX_t, GRAD_MAX)
-            step_kernels.matmul_nt(dMX_t, w_mh, dhn, 1.0, False)
-            step_kernels.grad_carry(dhn, dc_, f_t, dcn)
 
     def _backward_calls(self, T, dH, dcfd, K, dZ, dM, dMX, exm, f) -> None:
         """Through the steps, last to first: the gates' gradients dZ, dM (m's) and dMX (the mult's)."""

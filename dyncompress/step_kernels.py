@@ -113,6 +113,50 @@ def grad_carry(dh_next, dc, f_t, dc_next):
             dc_next[b, j] = np.rint(dc[b, j] * f_t[b, j])
 
 
+@njit(cache=True)
+def backward(
+    F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale, fa,
+    fs, g_bound, dz_bound,
+):  # fmt: skip
+    """The backward pass through T steps without side weights (`exact.ExactMLSTM.backward`, the
+    torch calls there and in `_backward_calls`, in one call): dl (T, B, 256) from the coded
+    frequencies F, the targets y and the mask (rounded again if `weighted`); dH = round(dl W_out^T);
+    dcfd and K from the forward's buffers (Z, TC, CS: the first T steps); then the steps, last to
+    first (`grad_gates`, dZ W_m^T, `grad_mult`, dMX W_mh^T, `grad_carry`), into dZ, dM and dMX.
+    Every product and sum is exact (the bounds of `exact`), so the order of the operations is the
+    torch calls' wherever a rounding follows."""
+    T, B, V = dl.shape
+    H = dH.shape[2]
+    aa = fa * fa
+    for t in range(T):
+        for b in range(B):
+            w = mask[t, b]
+            for j in range(V):
+                d = np.rint((F[t, b, j] - (freq_total if j == y[t, b] else 0.0)) * dl_scale) * w
+                dl[t, b, j] = np.rint(d) if weighted else d
+            for j in range(H):
+                i_, f_, o_, u_ = Z[t, b, j], Z[t, b, H + j], Z[t, b, 2 * H + j], Z[t, b, 3 * H + j]
+                tc, c = TC[t, b, j], CS[t, b, j]
+                dcfd[t, b, j] = np.rint(o_ * (aa - tc * tc) * (fs / aa)) * (1.0 / fs)
+                K[t, b, j] = np.rint(u_ * (i_ * (1.0 - i_)) * (fs / fa)) * (1.0 / fs)
+                K[t, b, H + j] = np.rint(c * (f_ * (1.0 - f_)) * (fs / fa)) * (1.0 / fs)
+                K[t, b, 2 * H + j] = np.rint(tc * (o_ * (1.0 - o_)) * (fs / fa)) * (1.0 / fs)
+                K[t, b, 3 * H + j] = np.rint((aa - u_ * u_) * (1.0 / fa) * i_ * (fs / fa)) * (1.0 / fs)
+        matmul_nt(dl[t], w_out, dH[t], 1.0, False)
+        for b in range(B):
+            for j in range(H):
+                dH[t, b, j] = np.rint(dH[t, b, j])
+    dhn = np.zeros((B, H))
+    dcn = np.zeros((B, H))
+    dc = np.zeros((B, H))
+    for t in range(T - 1, -1, -1):
+        grad_gates(dH[t], dhn, dcn, dcfd[t], K[t], dc, dZ[t], g_bound, dz_bound)
+        matmul_nt(dZ[t], w_m, dM[t], 1.0, False)
+        grad_mult(dM[t], exm[t], dMX[t], g_bound)
+        matmul_nt(dMX[t], w_mh, dhn, 1.0, False)
+        grad_carry(dhn, dc, Z[t, :, H : 2 * H], dcn)
+
+
 @njit(cache=True, fastmath={"contract", "reassoc"})
 def matmul_nt(x, W, out, alpha, add):
     """out = alpha x W^T (+ out if `add`) for x (B, K), W (N, K) (float32 or float64), out (B, N),

@@ -190,16 +190,16 @@ def test_backward_matches_the_float64_gradient():
 
 @pytest.mark.parametrize("scale,lanes", [(0.5, 4), (6.0, 3), (6.0, 8)])
 def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, lanes):
-    """On the CPU the step's and the backward's elementwise parts run compiled (`step_kernels`);
-    the torch calls they replace still run on other devices. Both give the same integers in every
+    """On the CPU the step and the backward run compiled (`step_kernels`); the torch calls they
+    replace still run on other devices. Both give the same integers in every
     buffer, on real text, from a carried state with c past its bound (so c and the tanh's table
     input are clamped), and with weights large enough (scale 6) to drive m and the gates' table
     inputs into their clamps too."""
     steps = 24
     master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
-    compiled, calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps), ExactMLSTM(SHAPE, master.clone(), lanes, steps)
-    assert compiled.compiled
-    calls.compiled = False  # as on a GPU
+    compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps)
+    calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, compiled=False)  # as on a GPU
+    assert compiled.compiled and compiled.fast and not calls.compiled and not calls.fast
     rng = np.random.default_rng(5)  # a carried state from anywhere in its range, c past its bound
     h0 = torch.from_numpy(rng.integers(-exact.A, exact.A + 1, (lanes, SHAPE.hidden)).astype(np.float64))
     c0 = torch.from_numpy(rng.integers(-300 * exact.A, 300 * exact.A, (lanes, SHAPE.hidden)).astype(np.float64))
@@ -224,6 +224,10 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     compiled.backward(steps, tokens, mask)
     calls.backward(steps, tokens, mask)
     assert torch.equal(compiled.grad, calls.grad) and compiled.grad.abs().sum() > 0
+    mask[:, 1] = 0.5 + 1 / 256  # TLM: a lane's weight, the products rounded
+    compiled.backward(steps, tokens, mask, weighted=True)
+    calls.backward(steps, tokens, mask, weighted=True)
+    assert torch.equal(compiled.grad, calls.grad)
 
 
 def _adapter(rule, **kw):
