@@ -18,14 +18,17 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from . import update_kernels as kernels
 from .exact import (
+    FREQ_BITS,
     FREQ_TOTAL,
+    LOG_FRAC,
     TLM_CAP,
     ExactAdapter,
     ExactMLSTM,
-    code_lengths,
     frequencies,
     init_master,
+    log2_table,
     tlm_mean_update,
     tlm_relative_threshold,
     tlm_units,
@@ -137,22 +140,23 @@ class MLSTMPredictor:
         assert T == self.t, "adapt() must follow the steps of the segment it learns from"
         net = self.net
         in_play = np.arange(self.lanes)[None, :] < active[:, None]  # (T, B)
-        coded = net.F[:T].cpu().numpy()[np.arange(T)[:, None], np.arange(self.lanes)[None, :], targets]
+        coded, bits = np.empty((T, self.lanes), dtype=np.int64), np.empty(self.lanes, dtype=np.int64)
+        F = net.F[:T].cpu().numpy()
+        kernels.segment_costs(F, targets, active, log2_table(), FREQ_BITS, LOG_FRAC, coded, bits)
         nats = float(-np.log(coded[in_play] / FREQ_TOTAL).sum())
         if self.adapter is not None:
-            self._learn(T, targets, active, in_play, coded)
+            self._learn(T, targets, active, in_play, bits)
         net.carry(T)
         self.t = 0
         return nats
 
-    def _learn(self, T: int, targets: np.ndarray, active: np.ndarray, in_play: np.ndarray, coded: np.ndarray) -> None:
+    def _learn(self, T: int, targets: np.ndarray, active: np.ndarray, in_play: np.ndarray, bits: np.ndarray) -> None:
         """The segment's gradient step; with TLM, weighted by how surprising the segment was (or each
         lane by its own surprise), and none at all (no backward pass) when nothing was surprising."""
         net, rule = self.net, self.settings.adapt
         self.segments += 1
         mask, gain = in_play.astype(np.float64), 1
         if rule.tlm:
-            bits = np.where(in_play, code_lengths(coded), 0).sum(axis=0)
             total, count = int(bits.sum()), int(in_play.sum())
             if rule.tlm_relative:  # against the cost of the segments before (the first: its own)
                 before, self.cost = self.cost, tlm_mean_update(self.cost, total, count)

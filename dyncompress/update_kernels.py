@@ -72,3 +72,26 @@ def settle(master, theta0, D, decay, limit):
         if decay:
             t += np.rint((theta0[i] - t) * D[i])
         master[i] = min(max(t, -limit), limit)
+
+
+@njit(cache=True)
+def segment_costs(F, y, active, log2, freq_bits, log_frac, coded, bits):
+    """A segment's coded frequencies and TLM's costs: for every step t and lane b in play
+    (b < active[t]), coded[t, b] = F[t, b, y[t, b]] (0 elsewhere) and bits[b] sums its code length
+    -log2(f / 2^freq_bits) in units of 2^-log_frac bits, to 2^-12 of the exact value (the top 13
+    bits of f, a floor: `exact.code_lengths`, in integers)."""
+    T, B = y.shape
+    for b in range(B):
+        bits[b] = 0
+    for t in range(T):
+        for b in range(B):
+            coded[t, b] = 0
+            if b >= active[t]:
+                continue
+            f = np.int64(F[t, b, y[t, b]])
+            coded[t, b] = f
+            e = 0
+            while (f >> (e + 1)) > 0:  # floor(log2 f), f >= 1
+                e += 1
+            top = (f >> (e - 12) if e >= 12 else f << (12 - e)) - (1 << 12)
+            bits[b] += ((freq_bits - e) << log_frac) - log2[top]

@@ -5,10 +5,21 @@ import pytest
 import torch
 
 from conftest import corpus
-from dyncompress import compress, decompress, exact
+from dyncompress import compress, decompress, exact, update_kernels
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.errors import DyncompressError
-from dyncompress.exact import FREQ_TOTAL, ExactMLSTM, code_lengths, frequencies, tlm_units, tlm_weights, to_master
+from dyncompress.exact import (
+    FREQ_BITS,
+    FREQ_TOTAL,
+    LOG_FRAC,
+    ExactMLSTM,
+    code_lengths,
+    frequencies,
+    log2_table,
+    tlm_units,
+    tlm_weights,
+    to_master,
+)
 from dyncompress.mlstm import MLSTMShape, init_params, unflatten
 from dyncompress.settings import make_settings
 
@@ -211,6 +222,18 @@ def test_the_tlm_weight_follows_its_formula_from_the_coded_bytes():
     want = -np.log2(f / FREQ_TOTAL)
     assert np.all(got >= want - 1e-9) and np.all(got - want < 2**-11)
     assert np.array_equal(code_lengths(f), code_lengths(f.copy()[::-1])[::-1])  # elementwise, no order
+    # the segment's costs as the codec takes them (compiled): the same lengths, summed per lane in play
+    T, B = 40, 5
+    F = rng.integers(1, FREQ_TOTAL + 1, (T, B, 256)).astype(np.float64)
+    F[:, :, 7] = f[:T, None]  # the extremes among them
+    y, active = rng.integers(0, 256, (T, B)), np.full(T, B)
+    y[:5], active[-3:] = 7, 2  # a ragged end
+    coded, bits = np.empty((T, B), dtype=np.int64), np.empty(B, dtype=np.int64)
+    update_kernels.segment_costs(F, y, active, log2_table(), FREQ_BITS, LOG_FRAC, coded, bits)
+    in_play = np.arange(B)[None, :] < active[:, None]
+    want_coded = np.where(in_play, F[np.arange(T)[:, None], np.arange(B)[None, :], y], 0).astype(np.int64)
+    assert np.array_equal(coded, want_coded) and coded[0, 0] == 1 and coded[4, 0] == FREQ_TOTAL
+    assert np.array_equal(bits, np.where(in_play, code_lengths(np.maximum(want_coded, 1)), 0).sum(axis=0))
     counts = rng.integers(0, 300, 200)
     bits = (rng.uniform(0, 6, 200) * counts * 2**16).astype(np.int64)
     for lam in (0.5, 1.0, 3.0):
