@@ -284,6 +284,7 @@ class Experts:
         """Empty tables. They are allocated afresh (zeros from the OS, so only the pages that
         coding touches take memory, and a reset costs nothing)."""
         B = self.B
+        self._ready = False  # (`prepare`)
         self.counts = np.zeros((self.rows, 256), dtype=np.uint8)
         self.tags = np.zeros(self.rows, dtype=np.uint16)
         self.recent = np.zeros(self.rows, dtype=np.uint8)  # the byte that last followed each context
@@ -313,24 +314,36 @@ class Experts:
         return {k: getattr(self, k).copy() for k in self.ARRAYS}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
+        self._ready = False
         for k, v in state.items():
             getattr(self, k)[...] = v
 
     # --- predicting -----------------------------------------------------------------
 
-    def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
-        """Network logits (B, 256; units 2^-12) -> the coded frequencies (B, 256) int64 of the mixed
-        logits z (`exact.frequencies` of z), and what was used (z, the evidence and the rows chosen;
-        the latter kept until the next call, for `learn`)."""
-        B = self.B
-        z = np.empty((B, 256), dtype=np.int64)
-        freqs = np.empty((B, 256), dtype=np.int64)
+    def prepare(self) -> None:
+        """This step's count contexts (rows and tags, from the state after the last byte), and a
+        read of every cache line of their rows, all lanes at once (`touch_rows`), so that their
+        misses overlap each other and, called before the network's step, that step's work. `mix`
+        prepares itself where this was not called."""
         if self.K:
             kernels.context_rows(
                 self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
                 self.hb, self.pos, self.rec, self.use_column, self.lines,
             )  # fmt: skip
+            kernels.touch_rows(self.counts, self.tags, self._rows)
+        self._ready = True
+
+    def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Network logits (B, 256; units 2^-12) -> the coded frequencies (B, 256) int64 of the mixed
+        logits z (`exact.frequencies` of z), and what was used (z, the evidence and the rows chosen;
+        the latter kept until the next call, for `learn`)."""
+        if not self._ready:
+            self.prepare()
+        self._ready = False
+        B = self.B
+        z = np.empty((B, 256), dtype=np.int64)
+        freqs = np.empty((B, 256), dtype=np.int64)
         kernels.mix_step(
             np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self.counts, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,

@@ -93,6 +93,22 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
             tagv[b, t] = np.int64((h >> U16) & MASK16)
 
 
+@njit(cache=True)
+def touch_rows(counts, tags, rows):
+    """Read one byte of every cache line of the rows about to be read (and their tags), all lanes
+    at once, so that their misses overlap instead of coming one row at a time (a prefetch; returns
+    a sum so that the reads stay)."""
+    total = 0
+    width = counts.shape[1]
+    for b in range(rows.shape[0]):
+        for t in range(rows.shape[1]):
+            row = rows[b, t]
+            total += np.int64(tags[row])
+            for j in range(0, width, 64):
+                total += np.int64(counts[row, j])
+    return total
+
+
 @njit(cache=True, inline="always")
 def floor_log2(v):
     """floor(log2 v) for 1 <= v < 2^63, by halving the range: six comparisons whose outcomes are

@@ -245,6 +245,7 @@ class MixedPredictor:
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         if self.pending is not None:
             self._learn(inputs)
+        self.experts.prepare()  # (its reads from memory overlap the network's step)
         freqs, used = self.experts.mix(self.net.forward(inputs))
         self.net.learn_from(freqs)
         self.pending = (used, freqs, active)

@@ -379,3 +379,24 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
             decompress(packed)
     finally:
         load_prior.cache_clear()
+
+
+def test_preparing_a_step_early_changes_nothing():
+    """The codec calls `prepare` (the count contexts, their rows fetched) before the network's step;
+    `mix` alone prepares itself. Both give the same frequencies and state, byte after byte, and a
+    state loaded in between is prepared afresh (not from the rows of before)."""
+    text = corpus("alice29.txt")[:1500]
+    settings = MixSettings(table_bits=12)
+    early, alone = Experts(settings, 1), Experts(settings, 1)
+    elsewhere = feed(Experts(settings, 1), corpus("alice29.txt")[5000:5400]).state()
+    for i, byte in enumerate(text):
+        early.prepare()
+        if i == 700:  # a state from elsewhere after preparing: mix must not use the rows prepared
+            early.load(elsewhere)
+            alone.load(elsewhere)
+        got, used = early.mix(np.zeros((1, 256)))
+        want, used_alone = alone.mix(np.zeros((1, 256)))
+        assert np.array_equal(got, want), i
+        early.learn(used, got, np.array([byte]), 1)
+        alone.learn(used_alone, want, np.array([byte]), 1)
+    assert all(np.array_equal(a, b) for a, b in zip(early.state().values(), alone.state().values(), strict=True))
