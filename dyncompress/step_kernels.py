@@ -1,9 +1,12 @@
 """The exact network's step and backward on the CPU (`exact.ExactMLSTM`), compiled by numba: the
-step's elementwise work in two passes and its three matmuls in one kernel (`matmul_add`), the
-backward's elementwise work in three passes per step and its matmuls with the transposed weights
-in another (`matmul_nt`), instead of some twenty torch calls a step, each of which costs more in
-dispatch than in arithmetic at a few lanes (and MKL's float64 matmuls at a few rows run at about
-half the machine's rate).
+whole step without side weights in one call (`forward`: the bytes in, the three matmuls, the gates
+and the cell, the logits out), the whole backward but the weights' gradients in another
+(`backward`), and the kernels they are made of, which the step with side weights (sparse, LoRA)
+calls one by one. Every matmul is a dot product along the rows of a float32 copy of the weights
+(`matmul_nt`; the forward's matrices are stored transposed for it), refreshed after each change of
+the weights (`round_weights`, `float32_copy`). Before, some twenty torch calls a step each cost
+more in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls at a few rows ran
+at about half the machine's rate.
 
 They compute what the torch calls compute (still used on other devices), bit for bit: every value
 is a float64 integer multiple of its unit and every product and sum is exact (its result is
