@@ -354,8 +354,8 @@ class ExactMLSTM(CarriedState):
              self.CS[t], self.CS[t + 1], self.TC[t], self.TC[t].view(-1), self.HS[t + 1])
             for t in range(n)
         ]  # fmt: skip
-        # On the CPU the step's elementwise parts run as two compiled passes (`step_kernels`) on the
-        # same memory, as numpy arrays made once; elsewhere (or if `compiled` is False) as torch's calls
+        # On the CPU the step and the backward run compiled (`step_kernels`) on the same memory, as
+        # numpy arrays made once; elsewhere (or if `compiled` is False) as torch's calls
         self.compiled = dev.type == "cpu" if compiled is None else compiled and dev.type == "cpu"
         if self.compiled:
             self.np_views = [

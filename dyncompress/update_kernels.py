@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .mix_kernels import floor_log2
+
 GM_BOUND = float(1 << 26)  # |mean gradient| <= 1/4 per parameter (units 2^-28)
 
 
@@ -90,8 +92,6 @@ def segment_costs(F, y, active, log2, freq_bits, log_frac, coded, bits):
                 continue
             f = np.int64(F[t, b, y[t, b]])
             coded[t, b] = f
-            e = 0
-            while (f >> (e + 1)) > 0:  # floor(log2 f), f >= 1
-                e += 1
+            e = floor_log2(f)
             top = (f >> (e - 12) if e >= 12 else f << (12 - e)) - (1 << 12)
             bits[b] += ((freq_bits - e) << log_frac) - log2[top]
