@@ -122,6 +122,18 @@ def floor_log2(v):
 
 
 @njit(cache=True, inline="always")
+def floor_div(top, den, inv):
+    """floor(top / den) for 0 <= top < 2^62 and 1 <= den < 2^62 with a quotient below 2^50, given
+    inv = 1.0 / den: the float product is within a quarter of the quotient (three roundings, each
+    relative 2^-53), so its integer part is off by at most one, which the exact integer remainder
+    corrects. The same result as `top // den` on any machine, without a division in the loop
+    (which then vectorises: 256 integer divisions cost twice as much)."""
+    q = np.int64(np.float64(top) * inv)
+    r = top - q * den
+    return q + np.int64(r >= den) - np.int64(r < 0)
+
+
+@njit(cache=True, inline="always")
 def ppm_log(v, ln_mant, ln2, floor):
     """ln(v / PPM_ONE) in units of 2^-12 (at least `floor`): v's leading 13 bits from a table of
     correctly rounded logarithms, the power of two in whole units of ln 2."""
@@ -149,19 +161,20 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
             continue
         n = 0
         d = 0
-        for j in range(256):
-            c = np.int64(counts[row, j])
-            if c and not excl[j]:
-                n += c
-                d += 1
+        for j in range(256):  # without branches: the loop vectorises
+            c = np.int64(counts[row, j]) * np.int64(not excl[j])
+            n += c
+            d += np.int64(c != 0)
         if n == 0:
             continue
+        den = n + d
+        inv = 1.0 / np.float64(den)
         for j in range(256):
-            c = np.int64(counts[row, j])
-            if c and not excl[j]:
-                p[j] = left * c // (n + d)
+            c = np.int64(counts[row, j]) * np.int64(not excl[j])
+            if c:
+                p[j] = floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
                 excl[j] = True
-        left = left * d // (n + d)
+        left = left * d // den
     unseen = 0
     for j in range(256):
         if not excl[j]:
@@ -295,12 +308,13 @@ def apm_refine(z, f0, last, apm, apm2, apm_at, z_bound):
     last_bucket = apm.shape[1] - 2
     for b in range(z.shape[0]):
         row = np.int64(last[b] & MASK8)
-        for j in range(256):
+        for j in range(256):  # the buckets first, in a loop of their own (it vectorises: 2.4 times faster)
             x = cost_units(f0[b, j])
             i, w = x >> 7, x & 127
-            if i > last_bucket:
-                i, w = last_bucket, 128
-            apm_at[b, j] = (i << 8) | w
+            beyond = i > last_bucket
+            apm_at[b, j] = ((last_bucket if beyond else i) << 8) | (128 if beyond else w)
+        for j in range(256):
+            i, w = apm_at[b, j] >> 8, apm_at[b, j] & 255
             r2 = (row << 8) | j
             corr = (apm[row, i] * (128 - w) + apm[row, i + 1] * w) >> 7
             corr += (np.int64(apm2[r2, i]) * (128 - w) + np.int64(apm2[r2, i + 1]) * w) >> 7
@@ -551,15 +565,18 @@ def frequencies(z, exp, out):
     """`exact.frequencies` of integer logits z (B, 256; units 2^-12), in integers: the same
     table index round(2^-2 (max - z)) (half up), the same exponentials, shares and remainder."""
     total_f = np.int64(1) << 24
+    share = total_f - 256
     e = np.empty(256, dtype=np.int64)
     for b in range(z.shape[0]):
         total = exponentials(z[b], exp, e)
+        inv = 1.0 / np.float64(total)
         best, best_e = 0, np.int64(-1)
         for j in range(256):
             if e[j] > best_e:  # the first most probable byte
                 best, best_e = j, e[j]
         given = 0
         for j in range(256):
-            out[b, j] = e[j] * (total_f - 256) // total + 1
-            given += out[b, j]
+            f = floor_div(e[j] * share, total, inv) + 1  # e_j <= total: the quotient is below 2^24
+            out[b, j] = f
+            given += f
         out[b, best] += total_f - given

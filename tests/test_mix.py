@@ -70,6 +70,26 @@ def test_the_compiled_frequencies_are_the_exact_ones():
     assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
+def test_the_float_guided_division_is_the_integer_one():
+    """`floor_div` (a float product, corrected by the remainder) against Python's // where the float
+    is most likely off: exact multiples, one below and one above, the largest numerators and
+    quotients, and random ones."""
+    from dyncompress.mix_kernels import floor_div
+
+    rng = np.random.default_rng(5)
+    cases = []
+    for _ in range(4000):
+        den = int(rng.integers(1, 1 << int(rng.integers(1, 41)), endpoint=True))
+        q = int(rng.integers(0, min(1 << 24, ((1 << 56) - 1) // den)))
+        for r in (0, 1, den - 1, den // 2, int(rng.integers(0, den))):
+            top = q * den + r
+            if top < 1 << 56:
+                cases.append((top, den))
+    cases += [((1 << 56) - 1, (1 << 32) + 1), ((1 << 24) * (1 << 32) - 1, 1 << 32), (0, 7), (6, 7), (7, 7)]
+    for top, den in cases:
+        assert floor_div(top, den, 1.0 / den) == top // den, (top, den)
+
+
 def feed(experts: Experts, text: bytes) -> Experts:
     """One lane takes `text` through the mixer's public steps (network logits all zero)."""
     for byte in text:
