@@ -376,6 +376,11 @@ class ExactMLSTM(CarriedState):
                 *self.w_t32.values(), self.w["b_out"],
             )  # fmt: skip
             self.np_back = _arrays(*self.wb32.values())
+            # what `refresh` reads and writes: the master's views, the copies' arrays
+            self.np_master = dict(zip(self.w, _arrays(*unflatten(shape, master).values()), strict=True))
+            self.np_fw, self.np_bw = (dict(zip(self.w, _arrays(*v.values()), strict=True)) for v in (self.w, self.wb))
+            self.np_t32 = dict(zip(self.w_t32, _arrays(*self.w_t32.values()), strict=True))
+            self.np_b32 = dict(zip(self.wb32, _arrays(*self.wb32.values()), strict=True))
             self.np_F = self.F.numpy()
         # without side weights the step runs as one compiled call on numpy arrays (`step_array`)
         self.fast = self.compiled and not self.k and not self.lora_on
@@ -384,26 +389,29 @@ class ExactMLSTM(CarriedState):
     def refresh(self) -> None:
         """Round the master weights into what the kernels read: w_in straight into the input table
         (`fw` leaves its w_in part unused), the rest into `fw`, and the three matrices the
-        backward reads (W_mh, W_m, W_out, with the small b and b_out) into `bw`. (Storing the
-        backward's matrices transposed, for contiguous matmuls, costs more in rounding them than it
-        saves.)"""
+        backward reads (W_mh, W_m, W_out, with the small b and b_out) into `bw`. Compiled, the
+        three matrices go straight from the master to their float32 copies (`matrix_copies`), and
+        `fw` and `bw` keep only b and b_out (and, with side weights, `bw` the matrices the
+        backward's torch calls read). (Storing the backward's matrices transposed, for contiguous
+        matmuls, costs more in rounding them than it saves.)"""
         n = self.w_in_size
-        if self.compiled:  # the same as the calls below, in two passes
-            scales = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
+        if self.compiled:  # the same values as the calls below, in one pass over the master
+            (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
             master, inputs, fw, bw = _arrays(self.master, self.inputs.view(-1), self.fw, self.bw)
-            step_kernels.round_weights(master[:n], *scales[0], inputs, *scales[1], bw[:0])
-            step_kernels.round_weights(master[n:], *scales[0], fw[n:], *scales[1], bw[n:])
+            step_kernels.round_weights(master[:n], sf, uf, inputs, sb, ub, bw[:0])
+            for k in FORWARD_MATRICES:
+                step_kernels.matrix_copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k])
+            if self.fast:
+                for k in ("b", "b_out"):
+                    step_kernels.round_weights(self.np_master[k], sf, uf, self.np_fw[k], sb, ub, self.np_bw[k])
+            else:
+                step_kernels.round_weights(master[n:], sf, uf, fw[n:], sb, ub, bw[n:])
         else:
             rounded(self.master[:n], FW, self.inputs.view(-1))
             rounded(self.master[n:], FW, self.fw[n:])
             rounded(self.master[n:], FB, self.bw[n:])
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
-        if self.compiled:
-            for k, w in self.w_t32.items():
-                step_kernels.float32_copy(*_arrays(self.w[k], w), True)
-            for k, w in self.wb32.items():
-                step_kernels.float32_copy(*_arrays(self.wb[k], w), False)
         self.refresh_side()
 
     def refresh_side(self) -> None:
@@ -758,6 +766,11 @@ class ExactAdapter:
             if settings.rule == "rms-decay" and settings.decay > 0:
                 rms_int = np.floor(rms * 2.0**40)  # exact scaling; below 2^53
                 self.D = self._decay_rates(torch.from_numpy(rms_int)).to(dev)
+        # the compiled step reads R and D as float32 where that is exact (it is: 12 and 16
+        # significant bits, in float32's range): half the bytes to stream
+        self._R32, self._D32 = (
+            None if x is None or not self.compiled else _float32_if_exact(x) for x in (self.R, self.D)
+        )
         self.reset()
 
     def _decay_rates(self, rms: torch.Tensor) -> torch.Tensor:
@@ -800,21 +813,27 @@ class ExactAdapter:
         """One step with the summed gradient `grad` (float64 integers, units 2^-16) of `count` bytes,
         times `gain` (TLM: the weights' scale)."""
         s = self.s
-        lo, hi = torch.aminmax(grad)
-        big = max(float(hi), -float(lo))  # max |g|: exact
+        compiled, squares = self.compiled, None  # squares: sum g^2, a float (the clip's filter)
+        if compiled:  # max |g| and sum g^2 in one pass
+            big, squares = kernels.gradient_stats(grad.numpy())
+        else:
+            lo, hi = torch.aminmax(grad)
+            big = max(float(hi), -float(lo))  # max |g|: exact
         if big == 0:
             return
-        g = grad.clamp_(-self.G_MAX, self.G_MAX) if big > self.G_MAX else grad
-        scale = self._scale(g, min(big, self.G_MAX), Fraction(gain, count)) * (1 << (FM - G))  # units 2^-16 -> 2^-32
+        g = grad
+        if big > self.G_MAX:
+            g, big, squares = grad.clamp_(-self.G_MAX, self.G_MAX), self.G_MAX, None
+        scale = self._scale(g, big, Fraction(gain, count), squares) * (1 << (FM - G))  # units 2^-16 -> 2^-32
         theta, work = self.master, self.work
-        compiled, decay = self.compiled, s.rule == "rms-decay" and s.decay > 0
+        decay = s.rule == "rms-decay" and s.decay > 0
         if s.rule == "sgd":
             theta.sub_(torch.mul(g, significant(scale * Fraction(s.lr), 22), out=work).round_())
         elif self.R is not None:
             c = significant(scale, 11)
             if compiled:  # one pass: the step, the pull and the bound (`update_kernels`)
-                D = self.D if decay else self.R
-                kernels.rate_step(*_arrays(theta, g, self.R), c, *_arrays(self.theta0, D), decay, self.limit)
+                R, D = self._R32, self._D32 if decay else self._R32
+                kernels.rate_step(*_arrays(theta, g), R, c, self.theta0.numpy(), D, decay, self.limit)
                 return
             theta.sub_(torch.mul(g, self._rates(c), out=work).round_())
         else:
@@ -835,20 +854,26 @@ class ExactAdapter:
     # norm is computed only when it might.
     CLEAR = 0.8
 
-    def _scale(self, g: torch.Tensor, big: float, per: Fraction) -> Fraction:
+    def _scale(self, g: torch.Tensor, big: float, per: Fraction, squares: float | None = None) -> Fraction:
         """`per` (1 / count, times a gain), or the clip's smaller factor: clip / |g| (from the exact
-        norm below)."""
+        norm below). `squares`: sum g^2 where already known (a float)."""
         s = self.s
         scale = per
         if s.clip <= 0:
             return scale
         limit = s.clip / float(per) * (1 << G)  # in units of 2^-16
-        if math.sqrt(float(torch.dot(g, g))) < self.CLEAR * limit:  # (float: only a filter)
+        if squares is None:
+            squares = float(torch.dot(g, g))
+        if math.sqrt(squares) < self.CLEAR * limit:  # (float: only a filter)
             return scale
         shift = int(big).bit_length() - 14
-        q = torch.mul(g, 2.0**-shift, out=self.work).round_()  # |q| <= 2^14: q.q sums below 2^51, exact
+        if self.compiled:  # q = round(g 2^-shift), |q| <= 2^14: q.q sums below 2^51, exact
+            qq = kernels.rounded_squares(g.numpy(), 2.0**-shift)
+        else:
+            q = torch.mul(g, 2.0**-shift, out=self.work).round_()
+            qq = torch.dot(q, q)
         # the norm of the summed gradient: sqrt(q.q) 2^shift in units of 2^-16
-        norm = Fraction(math.isqrt(int(torch.dot(q, q)))) * Fraction(2) ** shift / (1 << G)
+        norm = Fraction(math.isqrt(int(qq))) * Fraction(2) ** shift / (1 << G)
         if norm * per > Fraction(s.clip):
             scale = Fraction(s.clip) / norm
         return scale
@@ -904,6 +929,12 @@ class ExactAdapter:
 def _arrays(*tensors: torch.Tensor) -> list[np.ndarray]:
     """CPU tensors as numpy arrays on the same memory, strides and all (the compiled kernels take any)."""
     return [t.detach().numpy() for t in tensors]
+
+
+def _float32_if_exact(x: torch.Tensor) -> np.ndarray:
+    """x as a float32 array where every value converts exactly, else as it is (float64)."""
+    x32 = x.numpy().astype(np.float32)
+    return x32 if np.array_equal(x32.astype(np.float64), x.numpy()) else x.numpy()
 
 
 def _significant_array(x: np.ndarray, bits: int) -> np.ndarray:

@@ -4,7 +4,7 @@ and the cell, the logits out), the whole backward but the weights' gradients in 
 (`backward`), and the kernels they are made of, which the step with side weights (sparse, LoRA)
 calls one by one. Every matmul is a dot product along the rows of a float32 copy of the weights
 (`matmul_nt`; the forward's matrices are stored transposed for it), refreshed after each change of
-the weights (`round_weights`, `float32_copy`). Before, some twenty torch calls a step each cost
+the weights (`round_weights`, `matrix_copies`). Before, some twenty torch calls a step each cost
 more in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls at a few rows ran
 at about half the machine's rate.
 
@@ -205,16 +205,14 @@ def matmul_nt(x, W, out, alpha, add):
 
 
 @njit(cache=True)
-def float32_copy(src, dst, transpose):
-    """dst = src (K, N) as float32, or its transpose (N, K) when `transpose` (in 8 x 8 tiles: a
-    quarter of the time of torch's strided copy). Exact for the weights' copies: multiples of
-    2^-20 below 8, integers below 2^24 in their unit."""
-    K, N = src.shape
-    if not transpose:
-        for k in range(K):
-            for n in range(N):
-                dst[k, n] = np.float32(src[k, n])
-        return
+def matrix_copies(master, scale_f, unit_f, fw_t, scale_b, unit_b, bw):
+    """A weight matrix's two float32 copies from its master (K, N), in one pass: the forward's
+    transposed, fw_t (N, K) = rint(master scale_f) unit_f, and the backward's, bw (K, N) =
+    rint(master scale_b) unit_b (`exact.rounded`, for scales and units that are powers of two:
+    exact; a forward weight is k 2^-20 and a backward one k 2^-16 with |k| <= 2^23, and float32
+    holds every integer up to 2^24). The transpose goes through 8 x 8 tiles (a quarter of the
+    time of torch's strided copy)."""
+    K, N = master.shape
     T = 8
     k_full, n_full = K - K % T, N - N % T
     tile = np.empty((T, T), np.float32)
@@ -222,13 +220,17 @@ def float32_copy(src, dst, transpose):
         for n0 in range(0, n_full, T):
             for a in range(T):
                 for c in range(T):
-                    tile[c, a] = np.float32(src[k0 + a, n0 + c])
+                    m = master[k0 + a, n0 + c]
+                    tile[c, a] = np.float32(np.rint(m * scale_f) * unit_f)
+                    bw[k0 + a, n0 + c] = np.float32(np.rint(m * scale_b) * unit_b)
             for c in range(T):
                 for a in range(T):
-                    dst[n0 + c, k0 + a] = tile[c, a]
+                    fw_t[n0 + c, k0 + a] = tile[c, a]
     for k in range(K):  # the ragged edges
         for n in range(n_full if k < k_full else 0, N):
-            dst[n, k] = np.float32(src[k, n])
+            m = master[k, n]
+            fw_t[n, k] = np.float32(np.rint(m * scale_f) * unit_f)
+            bw[k, n] = np.float32(np.rint(m * scale_b) * unit_b)
 
 
 @njit(cache=True)

@@ -54,11 +54,35 @@ def stream_step(master, v, m, rms, g, c, b2, one_b2, b1, one_b1, use_m, lr, eps)
         master[i] -= q
 
 
+@njit(cache=True, fastmath={"reassoc"})
+def gradient_stats(g):
+    """(max |g|, sum g^2) of a gradient: the maximum exact; the sum a float (summed in any order:
+    it only filters the clip's exact norm, see `exact.ExactAdapter._scale`), in one pass."""
+    big = 0.0
+    squares = 0.0
+    for i in range(g.shape[0]):
+        big = max(big, abs(g[i]))
+        squares += g[i] * g[i]
+    return big, squares
+
+
+@njit(cache=True, fastmath={"reassoc"})
+def rounded_squares(g, scale):
+    """sum round(g scale)^2, without storing the rounded vector: exact in any order of the sum for
+    |round(g scale)| <= 2^14 and fewer than 2^23 weights (every partial sum an integer below 2^51)."""
+    total = 0.0
+    for i in range(g.shape[0]):
+        q = np.rint(g[i] * scale)
+        total += q * q
+    return total
+
+
 @njit(cache=True)
 def rate_step(master, g, R, c, theta0, D, decay, limit):
     """The calibrated rules' step, with rms-decay's pull and the bound: for every weight i,
     t = master - round(g R c) (R c exact: 12 and 11 significant bits); with decay,
-    t += round((theta0 - t) D); master = clamp(t, +-limit)."""
+    t += round((theta0 - t) D); master = clamp(t, +-limit). R and D may be float32 copies (exact:
+    16 significant bits at most), half the bytes to stream."""
     for i in range(master.shape[0]):
         t = master[i] - np.rint(g[i] * (R[i] * c))
         if decay:

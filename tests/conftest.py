@@ -72,7 +72,9 @@ experts.learn(used, freqs, np.zeros(2, dtype=np.int64), 2)
 from dyncompress import update_kernels as uk
 w = np.zeros(1)
 uk.stream_step(w, w.copy(), w.copy(), w.copy(), w.copy(), 1.0, 0.5, 0.5, 0.5, 0.5, True, 1.0, 1.0)
-uk.rate_step(w, w, w, 1.0, w, w, True, 1.0)
+uk.rate_step(w, w, w.astype(np.float32), 1.0, w, w.astype(np.float32), True, 1.0)  # (R and D as float32)
+uk.gradient_stats(w)
+uk.rounded_squares(w, 1.0)
 uk.settle(w, w, w, True, 1.0)
 del experts, freqs, used, w
 sock = socket.socket(fileno=int(sys.argv[1]))

@@ -322,7 +322,14 @@ def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
     """Steps of ~1e-4 of a weight's size change the forward copy (2^-20 units) of most weights."""
     s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
     net = ExactMLSTM(SHAPE, master, 2, 4)
-    seen = lambda: torch.cat([net.inputs.view(-1), net.fw[net.w_in_size :]])  # noqa: E731  (what the forward reads)
+    assert net.fast
+
+    def seen():  # what the forward reads, in the master's order: the input table, the float32 copies, b and b_out
+        parts = [net.inputs.view(-1)]
+        for name, _ in SHAPE.layout()[1:]:
+            parts.append(net.w_t32[name].T.reshape(-1).double() if name in net.w_t32 else net.w[name].reshape(-1))
+        return torch.cat(parts)
+
     before = seen()
     theta = master * 2.0**-exact.FM
     ad = ExactAdapter(s, master, None, start)
