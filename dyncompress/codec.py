@@ -21,6 +21,7 @@ import math
 import numpy as np
 import torch
 
+from . import split
 from .coder import Coder, Decoder, Encoder
 from .model import Model
 from .predictor import make_predictor
@@ -69,9 +70,10 @@ class Codec:
     def code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None = None) -> None:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
         outside = torch.get_num_threads()
-        torch.set_num_threads(self.s.threads)  # speed only: the exact arithmetic gives the same bits
+        torch.set_num_threads(split.threads_allowed(self.s.threads))  # speed only: the bits are the same
         try:
-            self._code_block(coder, tokens, length, progress)
+            with split.threads_for(split.parts_for(self.s.threads, self.s.lanes)):
+                self._code_block(coder, tokens, length, progress)
         finally:
             torch.set_num_threads(outside)
 

@@ -384,6 +384,7 @@ class ExactMLSTM(CarriedState):
             self.np_F = self.F.numpy()
         # without side weights the step runs as one compiled call on numpy arrays (`step_array`)
         self.fast = self.compiled and not self.k and not self.lora_on
+        self.parts = 1  # runs of lanes the fast step and backward are split into, one per thread (`split`)
         self.refresh()
 
     def refresh(self) -> None:
@@ -425,8 +426,9 @@ class ExactMLSTM(CarriedState):
         x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
         table_in, gate_in, gz, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
         logits = np.empty((len(x), ALPHABET))
-        step_kernels.forward(
-            inputs, x, table_in, gate_in, h0, hm, exm, m, gz, lo, hi, table, c0, gates, c1, tc, h1, w_mh, w_m,
+        parts, kernel = ((self.parts,), step_kernels.forward_parts) if self.parts > 1 else ((), step_kernels.forward)
+        kernel(
+            *parts, inputs, x, table_in, gate_in, h0, hm, exm, m, gz, lo, hi, table, c0, gates, c1, tc, h1, w_mh, w_m,
             w_out, b_out, logits, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A,
         )  # fmt: skip
         return logits
@@ -513,10 +515,15 @@ class ExactMLSTM(CarriedState):
         if self.fast:  # all of it but the weights' gradients in one compiled call (`step_kernels.backward`)
             dl, dZ, dM, dMX = (torch.empty(T, B, n, dtype=torch.float64) for n in (ALPHABET, 4 * H, H, H))
             dH, dcfd, K = np.empty((T, B, H)), np.empty((T, B, H)), np.empty((T, B, 4 * H))
-            step_kernels.backward(
-                self.np_F[:T], targets.numpy(), mask.numpy(), weighted,
+            split = self.parts > 1  # (else one run of lanes: all of them)
+            kernel, parts, whole = (
+                (step_kernels.backward_parts, (self.parts,), ()) if split else (step_kernels.backward, (), (0, B))
+            )
+            kernel(
+                *parts, self.np_F[:T], targets.numpy(), mask.numpy(), weighted,
                 *_arrays(self.Z[:T], self.TC[:T], self.CS[:T], self.EXM[:T]), *self.np_back, dl.numpy(), dH, dcfd,
                 K, *_arrays(dZ, dM, dMX), float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), A, 2.0**FS, GRAD_MAX, DZ_MAX,
+                *whole,
             )  # fmt: skip
             self._weight_gradients(T, dl, dZ, dM, dMX)
             return

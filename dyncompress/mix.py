@@ -213,6 +213,7 @@ class Experts:
     def __init__(self, s: MixSettings, lanes: int) -> None:
         names = s.expert_names
         self.s, self.B = s, lanes
+        self.parts = 1  # runs of lanes `mix` is split into, one per thread (`split`)
         self.use_orders, self.use_word, self.use_match = "orders" in names, "word" in names, "match" in names
         self.use_apm = "apm" in names
         self.use_gap = "gap" in names
@@ -344,12 +345,14 @@ class Experts:
         B = self.B
         z = np.empty((B, 256), dtype=np.int64)
         freqs = np.empty((B, 256), dtype=np.int64)
-        kernels.mix_step(
-            np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
+        parts, kernel = ((self.parts,), kernels.mix_parts) if self.parts > 1 else ((), kernels.mix_step)
+        whole = () if self.parts > 1 else (0, B)  # (mix_step's run of lanes: all of them)
+        kernel(
+            *parts, np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self.counts, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
-            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow,
+            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
         return freqs, {

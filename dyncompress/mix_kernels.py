@@ -14,7 +14,7 @@ with a Python int as float64, which would round a hash.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 U8, U16, U29, U31, U64 = np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
 MASK16 = np.uint64(0xFFFF)
@@ -188,9 +188,10 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
 def mix_step(
     logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, lo, hi,
 ):  # fmt: skip
-    """The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
+    """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
+    The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
     the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
     weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
@@ -199,7 +200,6 @@ def mix_step(
     n_ppm: the order tables the PPM input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
     those of z refined by `apm_refine`."""
-    B = logits.shape[0]
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
     weights = np.empty(n_in, dtype=np.int64)
@@ -208,7 +208,7 @@ def mix_step(
     acc_slow = np.empty(256, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
     p = np.empty(256, dtype=np.int64)
-    for b in range(B):
+    for b in range(lo, hi):
         top_logit = logits[b, 0]
         for j in range(256):
             top_logit = max(top_logit, logits[b, j])
@@ -279,14 +279,32 @@ def mix_step(
             z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
             z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
             z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
-    shares(z_fast, exp, f_fast)
-    shares(z_slow, exp, f_slow)
+    shares(z_fast[lo:hi], exp, f_fast[lo:hi])
+    shares(z_slow[lo:hi], exp, f_slow[lo:hi])
     if apm.shape[0] == 0:
-        frequencies(z, exp, freqs)
+        frequencies(z[lo:hi], exp, freqs[lo:hi])
         return
-    frequencies(z, exp, f0)
-    apm_refine(z, f0, last, apm, apm2, apm_at, z_bound)
-    frequencies(z, exp, freqs)
+    frequencies(z[lo:hi], exp, f0[lo:hi])
+    apm_refine(z[lo:hi], f0[lo:hi], last[lo:hi], apm, apm2, apm_at[lo:hi], z_bound)
+    frequencies(z[lo:hi], exp, freqs[lo:hi])
+
+
+@njit(cache=True, parallel=True)
+def mix_parts(
+    parts, logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last,
+    word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
+    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
+):  # fmt: skip
+    """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
+    reads the tables, and writes each lane's own rows."""
+    B = logits.shape[0]
+    for p in prange(parts):
+        mix_step(
+            logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last,
+            word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, p * B // parts,
+            (p + 1) * B // parts,
+        )  # fmt: skip
 
 
 @njit(cache=True, inline="always")

@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from . import split
 from . import update_kernels as kernels
 from .exact import (
     FREQ_BITS,
@@ -101,6 +102,7 @@ class MLSTMPredictor:
             settings.shape, self.theta, settings.lanes, settings.segment_len,
             rule.sparse, rule.lora, rule.lora_names, settings.seed,
         )  # fmt: skip
+        self.net.parts = split.parts_for(settings.threads, settings.lanes) if self.net.fast else 1
         self.side_start = self.net.side_master.clone()
         if rule.rule == "static":
             self.adapter = None
@@ -226,6 +228,7 @@ class MixedPredictor:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.net = MLSTMPredictor(settings, model)
         self.experts = Experts(settings.mix, settings.lanes)
+        self.experts.parts = split.parts_for(settings.threads, settings.lanes)
         self.t = 0
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
 

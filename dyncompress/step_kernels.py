@@ -19,7 +19,7 @@ non-negative value (as torch's `.long()`). `tests/test_exact.py` compares the tw
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True)
@@ -77,6 +77,23 @@ def forward(
     matmul_nt(h1, w_out_t, logits, 1.0, True)
 
 
+@njit(cache=True, parallel=True)
+def forward_parts(
+    parts, given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t,
+    w_m_t, w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+):  # fmt: skip
+    """`forward` with the lanes cut into `parts` runs of lanes, one per thread (`split`): every
+    lane's step is its own, so the bits are the same for any cut."""
+    B = x.shape[0]
+    for p in prange(parts):
+        lo, hi = p * B // parts, (p + 1) * B // parts
+        forward(
+            given[lo:hi], x[lo:hi], inputs, gate_in, h0[lo:hi], hm[lo:hi], exm[lo:hi], m[lo:hi], gz[lo:hi], gate_lo,
+            gate_hi, table, c0[lo:hi], gates[lo:hi], c1[lo:hi], tc[lo:hi], h1[lo:hi], w_mh_t, w_m_t, w_out_t, b_out,
+            logits[lo:hi], m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+        )  # fmt: skip
+
+
 @njit(cache=True)
 def grad_gates(dh_t, dh_next, dc_next, dcfd_t, K_t, dc, dZ_t, g_bound, dz_bound):
     """The backward's step t up to the gates: dh = clamp(dh_t + dh_next) (kept in dh_t);
@@ -119,20 +136,22 @@ def grad_carry(dh_next, dc, f_t, dc_next):
 @njit(cache=True)
 def backward(
     F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale, fa,
-    fs, g_bound, dz_bound,
+    fs, g_bound, dz_bound, lo, hi,
 ):  # fmt: skip
     """The backward pass through T steps without side weights (`exact.ExactMLSTM.backward`, the
-    torch calls there and in `_backward_calls`, in one call): dl (T, B, 256) from the coded
-    frequencies F, the targets y and the mask (rounded again if `weighted`); dH = round(dl W_out^T);
-    dcfd and K from the forward's buffers (Z, TC, CS: the first T steps); then the steps, last to
-    first (`grad_gates`, dZ W_m^T, `grad_mult`, dMX W_mh^T, `grad_carry`), into dZ, dM and dMX.
-    Every product and sum is exact (the bounds of `exact`), so the order of the operations is the
-    torch calls' wherever a rounding follows."""
-    T, B, V = dl.shape
+    torch calls there and in `_backward_calls`, in one call), for lanes lo ... hi - 1 (each lane's
+    backward is its own: `backward_parts` runs runs of lanes side by side): dl (T, B, 256) from the
+    coded frequencies F, the targets y and the mask (rounded again if `weighted`);
+    dH = round(dl W_out^T); dcfd and K from the forward's buffers (Z, TC, CS: the first T steps);
+    then the steps, last to first (`grad_gates`, dZ W_m^T, `grad_mult`, dMX W_mh^T, `grad_carry`),
+    into dZ, dM and dMX. Every product and sum is exact (the bounds of `exact`), so the order of
+    the operations is the torch calls' wherever a rounding follows. (A step's lanes are sliced as
+    x[t, lo:hi], contiguous: numba compiles x[:, lo:hi] for any strides, four times slower.)"""
+    T, _, V = dl.shape
     H = dH.shape[2]
     aa = fa * fa
     for t in range(T):
-        for b in range(B):
+        for b in range(lo, hi):
             w = mask[t, b]
             for j in range(V):
                 d = np.rint((F[t, b, j] - (freq_total if j == y[t, b] else 0.0)) * dl_scale) * w
@@ -145,19 +164,19 @@ def backward(
                 K[t, b, H + j] = np.rint(c * (f_ * (1.0 - f_)) * (fs / fa)) * (1.0 / fs)
                 K[t, b, 2 * H + j] = np.rint(tc * (o_ * (1.0 - o_)) * (fs / fa)) * (1.0 / fs)
                 K[t, b, 3 * H + j] = np.rint((aa - u_ * u_) * (1.0 / fa) * i_ * (fs / fa)) * (1.0 / fs)
-        matmul_nt(dl[t], w_out, dH[t], 1.0, False)
-        for b in range(B):
+        matmul_nt(dl[t, lo:hi], w_out, dH[t, lo:hi], 1.0, False)
+        for b in range(lo, hi):
             for j in range(H):
                 dH[t, b, j] = np.rint(dH[t, b, j])
-    dhn = np.zeros((B, H))
-    dcn = np.zeros((B, H))
-    dc = np.zeros((B, H))
+    dhn = np.zeros((hi - lo, H))
+    dcn = np.zeros((hi - lo, H))
+    dc = np.zeros((hi - lo, H))
     for t in range(T - 1, -1, -1):
-        grad_gates(dH[t], dhn, dcn, dcfd[t], K[t], dc, dZ[t], g_bound, dz_bound)
-        matmul_nt(dZ[t], w_m, dM[t], 1.0, False)
-        grad_mult(dM[t], exm[t], dMX[t], g_bound)
-        matmul_nt(dMX[t], w_mh, dhn, 1.0, False)
-        grad_carry(dhn, dc, Z[t, :, H : 2 * H], dcn)
+        grad_gates(dH[t, lo:hi], dhn, dcn, dcfd[t, lo:hi], K[t, lo:hi], dc, dZ[t, lo:hi], g_bound, dz_bound)
+        matmul_nt(dZ[t, lo:hi], w_m, dM[t, lo:hi], 1.0, False)
+        grad_mult(dM[t, lo:hi], exm[t, lo:hi], dMX[t, lo:hi], g_bound)
+        matmul_nt(dMX[t, lo:hi], w_mh, dhn, 1.0, False)
+        grad_carry(dhn, dc, Z[t, lo:hi, H : 2 * H], dcn)
 
 
 @njit(cache=True, fastmath={"contract", "reassoc"})
@@ -244,3 +263,18 @@ def round_weights(master, scale_f, unit_f, fw, scale_b, unit_b, bw):
         fw[i] = np.rint(m * scale_f) * unit_f
         if with_bw:
             bw[i] = np.rint(m * scale_b) * unit_b
+
+
+@njit(cache=True, parallel=True)
+def backward_parts(
+    parts, F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale,
+    fa, fs, g_bound, dz_bound,
+):  # fmt: skip
+    """`backward` with the lanes cut into `parts` runs of lanes, one per thread (`split`): each
+    lane's backward is its own (the weights' gradients, which sum over lanes, come after)."""
+    B = dl.shape[1]
+    for p in prange(parts):
+        backward(
+            F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale,
+            fa, fs, g_bound, dz_bound, p * B // parts, (p + 1) * B // parts,
+        )  # fmt: skip

@@ -240,3 +240,38 @@ def test_stream_shorter_than_a_block_gets_the_one_shot_settings():
     packed = b"".join(pieces) + comp.flush()
     assert packed == compress(data, level=1, model=None, device="cpu")
     assert parse_header(packed)[0]["settings"]["lanes"] == 1
+
+
+def _code_in_forked_child(data: bytes, queue) -> None:
+    from dyncompress import split
+
+    queue.put((split.parts_for(2, 4), compress(data, threads=2, lanes=4)))
+
+
+def test_a_forked_child_codes_on_one_thread_instead_of_hanging():
+    """A process that coded on two threads (torch's and numba's OpenMP threads started) forks; the
+    child codes at -T 2 too. GNU OpenMP does not survive a fork: before `split` the child hung in
+    its first parallel torch call. Now it runs on one thread, unsplit, and writes the same bytes."""
+    import multiprocessing
+
+    import torch
+
+    from dyncompress import split
+
+    data = corpus("alice29.txt")[:20000]
+    here = compress(data, threads=2, lanes=4)
+    torch.set_num_threads(2)
+    assert float(torch.ones(1 << 22, dtype=torch.float64).sum()) == 1 << 22  # torch's threads started
+    assert split.parts_for(2, 4) == 2  # and numba's (the split runs at -T 2 on this machine)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_code_in_forked_child, args=(data, queue))
+    child.start()
+    try:
+        parts, there = queue.get(timeout=240)
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert parts == 1 and there == here and decompress(there) == data

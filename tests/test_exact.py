@@ -188,16 +188,20 @@ def test_backward_matches_the_float64_gradient():
     assert float((got - want).norm() / want.norm()) < 0.05
 
 
-@pytest.mark.parametrize("scale,lanes", [(0.5, 4), (6.0, 3), (6.0, 8)])
-def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, lanes):
+@pytest.mark.parametrize(
+    "scale,lanes,parts", [(0.5, 4, 1), (6.0, 3, 1), (6.0, 8, 1), (0.5, 4, 2), (6.0, 3, 2), (6.0, 8, 3)]
+)
+def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, lanes, parts):
     """On the CPU the step and the backward run compiled (`step_kernels`); the torch calls they
     replace still run on other devices. Both give the same integers in every
     buffer, on real text, from a carried state with c past its bound (so c and the tanh's table
     input are clamped), and with weights large enough (scale 6) to drive m and the gates' table
-    inputs into their clamps too."""
+    inputs into their clamps too; also with the lanes split into runs on threads (`split`), evenly
+    or not."""
     steps = 24
     master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
     compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps)
+    compiled.parts = parts
     calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, compiled=False)  # as on a GPU
     assert compiled.compiled and compiled.fast and not calls.compiled and not calls.fast
     rng = np.random.default_rng(5)  # a carried state from anywhere in its range, c past its bound

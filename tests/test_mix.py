@@ -70,6 +70,28 @@ def test_the_compiled_frequencies_are_the_exact_ones():
     assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
+def test_mixing_split_over_threads_changes_nothing():
+    """`mix_parts` (runs of lanes side by side on threads, `split`) gives the serial mix's
+    frequencies, logits and evidence at every step, and the same state after, on real text in
+    5 lanes split into 2 and into 3 runs, every expert on."""
+    text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
+    runs = [Experts(MixSettings(experts=ALL, table_bits=12), 5) for _ in range(3)]
+    runs[1].parts, runs[2].parts = 2, 3
+    rng = np.random.default_rng(9)
+    for t in range(text.shape[1]):
+        logits = rng.normal(0, 3 * 4096, (5, 256))
+        out = [e.mix(logits) for e in runs]
+        for freqs, used in out[1:]:
+            assert np.array_equal(freqs, out[0][0]), t
+            for key in ("z", "E", "sets", "f0", "f_fast", "f_slow"):
+                assert np.array_equal(used[key], out[0][1][key]), (t, key)
+        for e, (freqs, used) in zip(runs, out, strict=True):
+            e.learn(used, freqs, text[:, t].astype(np.int64), 5)
+    states = [e.state() for e in runs]
+    for state in states[1:]:
+        assert all(np.array_equal(state[k], states[0][k]) for k in states[0])
+
+
 def test_the_float_guided_division_is_the_integer_one():
     """`floor_div` (a float product, corrected by the remainder) against Python's // where the float
     is most likely off: exact multiples, one below and one above, the largest numerators and

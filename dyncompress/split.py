@@ -1,0 +1,99 @@
+"""A step's lanes split over threads: the network's step and backward and the mixer run each run
+of lanes on a core of its own (`step_kernels.forward_parts`, `backward_parts`,
+`mix_kernels.mix_parts`), through numba's OpenMP threading layer.
+
+Every lane's arithmetic is its own and the same in any thread, so the bits do not depend on the
+split: a file coded with `-T 2` decodes with `-T 1` and back. What learns across lanes (the shared
+tables, the mixer's weights, the weights' gradients) stays in one thread, in its fixed order.
+
+Where the split cannot run safely or fast, the kernels run whole in the calling thread:
+- without an OpenMP (or TBB) layer for numba: its fallback (`workqueue`) costs about 100 us a
+  launch here, more than it saves, and may not be entered from two threads at once;
+- in a forked child (`os.fork`, multiprocessing's "fork"): GNU OpenMP, under torch's threads
+  and numba's, does not survive a fork once its threads have started. A child would hang in its
+  first parallel torch call (it did, before this module) or be ended by numba. So a forked child
+  runs every thread count as one (`threads_allowed`), torch's included. (Our own worker
+  processes are spawned, not forked: each starts afresh.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+_started_by: int | None = None  # the process that started numba's threads for us (None: none yet)
+_usable: bool | None = None  # whether the layer it got splits well (None: not tried)
+FAST_LAYERS = ("omp", "tbb")
+_forked = False  # this process is a forked child: one thread
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+    torch = sys.modules.get("torch")
+    if torch is not None:  # (torch's calls outside the coding loop use its global count)
+        torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def threads_allowed(threads: int) -> int:
+    """The threads a run may use: as asked, or one in a forked child (above)."""
+    return 1 if _forked else threads
+
+
+def _layer_usable() -> bool:
+    """Start numba's threading layer in this process if nobody has (OpenMP, unless the environment
+    names one), and say whether the split may use it here."""
+    global _started_by, _usable
+    if _started_by is not None:
+        return _usable and _started_by == os.getpid()
+    import numba
+    from numba.np.ufunc import parallel
+
+    if parallel._is_initialized:  # started before us: perhaps in a parent before a fork
+        return False
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "omp"
+    torch = sys.modules.get("torch")
+    outside = torch.get_num_threads() if torch is not None else None
+    try:
+        parallel._launch_threads()
+        _usable = numba.threading_layer() in FAST_LAYERS
+    except (ValueError, OSError, ImportError):  # no such layer here
+        _usable = False
+    finally:  # numba's OpenMP start sets OpenMP's thread count, which torch shares: the caller's again
+        if outside is not None:
+            torch.set_num_threads(outside)
+    _started_by = os.getpid()
+    return _usable
+
+
+def parts_for(threads: int, lanes: int) -> int:
+    """Into how many runs of lanes a step is split: one per thread, at most one per lane and no
+    more than numba's threads; 1 (no split) where the split cannot run (above)."""
+    if threads_allowed(threads) <= 1 or lanes <= 1 or not _layer_usable():
+        return 1
+    import numba
+
+    return max(1, min(threads, lanes, numba.config.NUMBA_NUM_THREADS))
+
+
+@contextlib.contextmanager
+def threads_for(parts: int) -> Iterator[None]:
+    """numba's thread count in this thread set to `parts` for the block (the team each split
+    launches; by default one thread per core, most of them idle), restored after."""
+    if parts <= 1:
+        yield
+        return
+    import numba
+
+    outside = numba.get_num_threads()
+    numba.set_num_threads(parts)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(outside)
