@@ -399,9 +399,15 @@ class ExactMLSTM(CarriedState):
         if self.compiled:  # the same values as the calls below, in one pass over the master
             (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
             master, inputs, fw, bw = _arrays(self.master, self.inputs.view(-1), self.fw, self.bw)
-            step_kernels.round_weights(master[:n], sf, uf, inputs, sb, ub, bw[:0])
-            for k in FORWARD_MATRICES:
-                step_kernels.matrix_copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k])
+            if self.parts > 1:  # in runs of weights, one per thread (`split`)
+                step_kernels.round_weights_parts(master[:n], sf, uf, inputs, sb, ub, bw[:0], self.parts)
+                for k in FORWARD_MATRICES:
+                    m, t32, b32 = self.np_master[k], self.np_t32[k], self.np_b32[k]
+                    step_kernels.matrix_copies_parts(m, sf, uf, t32, sb, ub, b32, self.parts)
+            else:
+                step_kernels.round_weights(master[:n], sf, uf, inputs, sb, ub, bw[:0])
+                for k in FORWARD_MATRICES:
+                    step_kernels.matrix_copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k])
             if self.fast:
                 for k in ("b", "b_out"):
                     step_kernels.round_weights(self.np_master[k], sf, uf, self.np_fw[k], sb, ub, self.np_bw[k])
@@ -765,6 +771,7 @@ class ExactAdapter:
         self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
         self.compiled = master.device.type == "cpu"  # the update as compiled passes (`update_kernels`)
         self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
+        self.parts = 1  # runs of weights the compiled passes are split into, one per thread (`split`)
         dev = master.device
         if ms is not None and settings.rule in ("rms", "rms-decay"):
             rms = np.sqrt(ms.detach().cpu().numpy().astype(np.float64))
@@ -822,7 +829,8 @@ class ExactAdapter:
         s = self.s
         compiled, squares = self.compiled, None  # squares: sum g^2, a float (the clip's filter)
         if compiled:  # max |g| and sum g^2 in one pass
-            big, squares = kernels.gradient_stats(grad.numpy())
+            stats = kernels.gradient_stats_parts if self.parts > 1 else kernels.gradient_stats
+            big, squares = stats(grad.numpy(), *((self.parts,) if self.parts > 1 else ()))
         else:
             lo, hi = torch.aminmax(grad)
             big = max(float(hi), -float(lo))  # max |g|: exact
@@ -840,7 +848,8 @@ class ExactAdapter:
             c = significant(scale, 11)
             if compiled:  # one pass: the step, the pull and the bound (`update_kernels`)
                 R, D = self._R32, self._D32 if decay else self._R32
-                kernels.rate_step(*_arrays(theta, g), R, c, self.theta0.numpy(), D, decay, self.limit)
+                step, parts = (kernels.rate_step_parts, (self.parts,)) if self.parts > 1 else (kernels.rate_step, ())
+                step(*_arrays(theta, g), R, c, self.theta0.numpy(), D, decay, self.limit, *parts)
                 return
             theta.sub_(torch.mul(g, self._rates(c), out=work).round_())
         else:
@@ -875,7 +884,10 @@ class ExactAdapter:
             return scale
         shift = int(big).bit_length() - 14
         if self.compiled:  # q = round(g 2^-shift), |q| <= 2^14: q.q sums below 2^51, exact
-            qq = kernels.rounded_squares(g.numpy(), 2.0**-shift)
+            if self.parts > 1:
+                qq = kernels.rounded_squares_parts(g.numpy(), 2.0**-shift, self.parts)
+            else:
+                qq = kernels.rounded_squares(g.numpy(), 2.0**-shift)
         else:
             q = torch.mul(g, 2.0**-shift, out=self.work).round_()
             qq = torch.dot(q, q)

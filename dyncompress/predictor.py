@@ -111,6 +111,8 @@ class MLSTMPredictor:
             self.adapter = ExactAdapter(rule, self.net.side_master, None, self.side_start)
         else:
             self.adapter = ExactAdapter(rule, self.theta, model.ms if model else None, self.theta_start)
+        if self.adapter is not None:
+            self.adapter.parts = self.net.parts
         self.t = 0  # steps recorded since the last adapt
         self.segments = self.skipped = 0  # segments adapted on, and those TLM skipped (statistics only)
         self.cost = -1  # relative TLM: the running mean cost per byte, units 2^-16 bits (-1: none yet)

@@ -278,3 +278,24 @@ def backward_parts(
             F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale,
             fa, fs, g_bound, dz_bound, p * B // parts, (p + 1) * B // parts,
         )  # fmt: skip
+
+
+@njit(cache=True, parallel=True)
+def matrix_copies_parts(master, scale_f, unit_f, fw_t, scale_b, unit_b, bw, parts):
+    """`matrix_copies` over `parts` runs of the matrix's rows (whole tiles), one per thread (`split`)."""
+    K = master.shape[0]
+    tiles = K // 8
+    for p in prange(parts):
+        lo = tiles * p // parts * 8
+        hi = tiles * (p + 1) // parts * 8 if p < parts - 1 else K
+        matrix_copies(master[lo:hi], scale_f, unit_f, fw_t[:, lo:hi], scale_b, unit_b, bw[lo:hi])
+
+
+@njit(cache=True, parallel=True)
+def round_weights_parts(master, scale_f, unit_f, fw, scale_b, unit_b, bw, parts):
+    """`round_weights` over `parts` runs of the weights, one per thread (`split`)."""
+    n = master.shape[0]
+    with_bw = bw.shape[0] > 0
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        round_weights(master[lo:hi], scale_f, unit_f, fw[lo:hi], scale_b, unit_b, bw[lo:hi] if with_bw else bw[:0])

@@ -15,7 +15,7 @@ and the quotient are corrected by the same exact integer tests as `floor_sqrt_` 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .mix_kernels import floor_log2
 
@@ -119,3 +119,33 @@ def segment_costs(F, y, active, log2, freq_bits, log_frac, coded, bits):
             e = floor_log2(f)
             top = (f >> (e - 12) if e >= 12 else f << (12 - e)) - (1 << 12)
             bits[b] += ((freq_bits - e) << log_frac) - log2[top]
+
+
+@njit(cache=True, parallel=True)
+def gradient_stats_parts(g, parts):
+    """`gradient_stats` over `parts` runs of the weights, one per thread (`split`)."""
+    n = g.shape[0]
+    bigs, squares = np.zeros(parts), np.zeros(parts)
+    for p in prange(parts):
+        bigs[p], squares[p] = gradient_stats(g[p * n // parts : (p + 1) * n // parts])
+    return bigs.max(), squares.sum()
+
+
+@njit(cache=True, parallel=True)
+def rate_step_parts(master, g, R, c, theta0, D, decay, limit, parts):
+    """`rate_step` over `parts` runs of the weights, one per thread (`split`): each weight's step
+    is its own."""
+    n = master.shape[0]
+    for p in prange(parts):
+        lo, hi = p * n // parts, (p + 1) * n // parts
+        rate_step(master[lo:hi], g[lo:hi], R[lo:hi], c, theta0[lo:hi], D[lo:hi], decay, limit)
+
+
+@njit(cache=True, parallel=True)
+def rounded_squares_parts(g, scale, parts):
+    """`rounded_squares` over `parts` runs of the weights, one per thread (`split`): integer sums, exact."""
+    n = g.shape[0]
+    totals = np.zeros(parts)
+    for p in prange(parts):
+        totals[p] = rounded_squares(g[p * n // parts : (p + 1) * n // parts], scale)
+    return totals.sum()

@@ -202,6 +202,7 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
     compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps)
     compiled.parts = parts
+    compiled.refresh()  # (the weights' copies, made in runs of weights where split)
     calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, compiled=False)  # as on a GPU
     assert compiled.compiled and compiled.fast and not calls.compiled and not calls.fast
     rng = np.random.default_rng(5)  # a carried state from anywhere in its range, c past its bound
@@ -290,14 +291,18 @@ COMPILED_RULES = [
     ("rms", True, {}),
     ("rms-decay", True, dict(decay=1e-2)),
     ("sgd", False, dict(lr=0.1)),
+    ("rms-decay", True, dict(decay=1e-2, clip=1.0)),  # the clip's filter and exact norm
+    ("rms", True, dict(clip=1e6)),
 ]
 
 
+@pytest.mark.parametrize("parts", [1, 2])
 @pytest.mark.parametrize("rule,calibrated,kw", COMPILED_RULES)
-def test_the_compiled_update_is_the_torch_calls_bit_for_bit(rule, calibrated, kw):
-    """On the CPU the update runs as compiled passes (`update_kernels`); the torch calls they
-    replaced still run on other devices. Both give the same integers (weights, statistics, roots)
-    step after step, on gradients from tiny to past the bounds (weights pushed to their limit)."""
+def test_the_compiled_update_is_the_torch_calls_bit_for_bit(rule, calibrated, kw, parts):
+    """On the CPU the update runs as compiled passes (`update_kernels`), whole or in runs of
+    weights on threads (`split`); the torch calls they replaced still run on other devices. Both
+    give the same integers (weights, statistics, roots) step after step, on gradients from tiny
+    to past the bounds (weights pushed to their limit), clipped or not."""
     rng = np.random.default_rng(11)
     s, master, start = _adapter(rule, **{"lr": 2e-3, "clip": 0.0, **kw})
     ms = torch.from_numpy(np.abs(rng.normal(size=master.numel())) * 1e-5) if calibrated else None
@@ -305,6 +310,7 @@ def test_the_compiled_update_is_the_torch_calls_bit_for_bit(rule, calibrated, kw
     master[::50] = limit * torch.sign(master[::50])  # every 50th weight at its bound: steps push some past it
     compiled, calls = ExactAdapter(s, master.clone(), ms, start), ExactAdapter(s, master.clone(), ms, start)
     assert compiled.compiled
+    compiled.parts = parts
     calls.compiled = False  # as on a GPU
     held = []  # the largest |weight| after each step
     for step in range(8):
