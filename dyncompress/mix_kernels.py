@@ -598,3 +598,28 @@ def frequencies(z, exp, out):
             out[b, j] = f
             given += f
         out[b, best] += total_f - given
+
+
+@njit(cache=True, parallel=True)
+def learn_parts(
+    use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W, W_slow,
+    updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb, use_match,
+    use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max, use_record,
+    rec_at, rec, longest, use_column, lines,
+):  # fmt: skip
+    """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
+    mixers' steps and the count tables in one, the APM's step and `advance` in the other. The two
+    touch disjoint memory (the APM reads the last bytes before `advance` moves them on, in its own
+    section), and each kernel runs as it does alone: the same state for any split."""
+    for section in prange(2):
+        if section == 0:
+            mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
+            if count_tables:
+                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit)
+        else:
+            if use_apm:
+                apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
+            advance(
+                y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
+                match_check, match_max, use_record, rec_at, rec, longest, use_column, lines,
+            )  # fmt: skip
