@@ -63,6 +63,7 @@ class Codec:
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.s = settings
+        split.coding_here()  # (before the predictor's first torch calls)
         self.predictor = make_predictor(settings, model)
         self.prev = np.zeros(settings.lanes, dtype=np.int32)  # the byte each lane saw last (padding: 0)
         self.nats = 0.0  # ideal code length so far, for reporting

@@ -521,9 +521,9 @@ class ExactMLSTM(CarriedState):
         if self.fast:  # all of it but the weights' gradients in one compiled call (`step_kernels.backward`)
             dl, dZ, dM, dMX = (torch.empty(T, B, n, dtype=torch.float64) for n in (ALPHABET, 4 * H, H, H))
             dH, dcfd, K = np.empty((T, B, H)), np.empty((T, B, H)), np.empty((T, B, 4 * H))
-            split = self.parts > 1  # (else one run of lanes: all of them)
+            runs = self.parts > 1  # (else one run of lanes: all of them)
             kernel, parts, whole = (
-                (step_kernels.backward_parts, (self.parts,), ()) if split else (step_kernels.backward, (), (0, B))
+                (step_kernels.backward_parts, (self.parts,), ()) if runs else (step_kernels.backward, (), (0, B))
             )
             kernel(
                 *parts, self.np_F[:T], targets.numpy(), mask.numpy(), weighted,

@@ -9,11 +9,13 @@ tables, the mixer's weights, the weights' gradients) stays in one thread, in its
 Where the split cannot run safely or fast, the kernels run whole in the calling thread:
 - without an OpenMP (or TBB) layer for numba: its fallback (`workqueue`) costs about 100 us a
   launch here, more than it saves, and may not be entered from two threads at once;
-- in a forked child (`os.fork`, multiprocessing's "fork"): GNU OpenMP, under torch's threads
-  and numba's, does not survive a fork once its threads have started. A child would hang in its
-  first parallel torch call (it did, before this module) or be ended by numba. So a forked child
-  runs every thread count as one (`threads_allowed`), torch's included. (Our own worker
-  processes are spawned, not forked: each starts afresh.)
+- in a child forked from a process that has coded (`os.fork`, multiprocessing's "fork"): GNU
+  OpenMP, under torch's threads and numba's, does not survive a fork once its threads have
+  started, and coding starts them (torch's calls on the weights, at torch's own thread count,
+  come even before the coding loop). Such a child would hang in its first parallel torch call
+  (it did, before this module) or be ended by numba. So it runs every thread count as one
+  (`threads_allowed`), torch's included. (Our own worker processes are spawned, not forked: each
+  starts afresh; a child forked before any coding is a fresh process in this respect.)
 """
 
 from __future__ import annotations
@@ -26,11 +28,20 @@ from collections.abc import Iterator
 _started_by: int | None = None  # the process that started numba's threads for us (None: none yet)
 _usable: bool | None = None  # whether the layer it got splits well (None: not tried)
 FAST_LAYERS = ("omp", "tbb")
-_forked = False  # this process is a forked child: one thread
+_coded = False  # this process has coded (OpenMP's threads may have started)
+_forked = False  # this process was forked from one that had: one thread
+
+
+def coding_here() -> None:
+    """Note that this process codes (`codec.Codec`): a child forked from it runs on one thread."""
+    global _coded
+    _coded = True
 
 
 def _after_fork_in_child() -> None:
     global _forked
+    if not (_coded or _forked):
+        return
     _forked = True
     torch = sys.modules.get("torch")
     if torch is not None:  # (torch's calls outside the coding loop use its global count)
@@ -41,7 +52,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def threads_allowed(threads: int) -> int:
-    """The threads a run may use: as asked, or one in a forked child (above)."""
+    """The threads a run may use: as asked, or one in a child forked after coding (above)."""
     return 1 if _forked else threads
 
 

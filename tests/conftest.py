@@ -77,7 +77,6 @@ uk.gradient_stats(w)
 uk.rounded_squares(w, 1.0)
 uk.settle(w, w, w, True, 1.0)
 del experts, freqs, used, w
-zygote_threads = __import__("torch").get_num_threads()
 sock = socket.socket(fileno=int(sys.argv[1]))
 while True:
     try:
@@ -97,12 +96,6 @@ while True:
         os.environ.clear()
         os.environ.update(req["env"])
         sys.argv = [sys.executable] + req["args"]
-        # a fresh process may use threads; so may this child: the zygote never started OpenMP's
-        # (torch's, numba's), which is what `split` guards a forked child against
-        from dyncompress import split
-        import torch
-        split._forked = False
-        torch.set_num_threads(zygote_threads)
         code = 1
         try:
             runpy.run_module("dyncompress", run_name="__main__", alter_sys=True)
