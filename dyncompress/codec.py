@@ -72,8 +72,11 @@ class Codec:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
         outside = torch.get_num_threads()
         torch.set_num_threads(split.threads_allowed(self.s.threads))  # speed only: the bits are the same
+        # decided per block, not once: a codec made before a fork may code in the child (one run)
+        parts = split.parts_for(self.s.threads, self.s.lanes)
+        self.predictor.set_parts(parts)
         try:
-            with split.threads_for(split.parts_for(self.s.threads, self.s.lanes)):
+            with split.threads_for(parts):
                 self._code_block(coder, tokens, length, progress)
         finally:
             torch.set_num_threads(outside)

@@ -18,7 +18,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from . import split
 from . import update_kernels as kernels
 from .exact import (
     FREQ_BITS,
@@ -69,6 +68,9 @@ class Predictor(Protocol):
     def record(self) -> dict:
         """What the header must hold for a decoder to build the same predictor (beside Settings)."""
 
+    def set_parts(self, parts: int) -> None:
+        """Run every step's lanes in `parts` runs on threads from now on (`split`; speed only)."""
+
 
 def prepare_device(kind: str) -> torch.device:
     """The device. No deterministic-kernel settings are needed: the arithmetic is exact (`exact`),
@@ -102,7 +104,6 @@ class MLSTMPredictor:
             settings.shape, self.theta, settings.lanes, settings.segment_len,
             rule.sparse, rule.lora, rule.lora_names, settings.seed,
         )  # fmt: skip
-        self.net.parts = split.parts_for(settings.threads, settings.lanes) if self.net.fast else 1
         self.side_start = self.net.side_master.clone()
         if rule.rule == "static":
             self.adapter = None
@@ -111,11 +112,14 @@ class MLSTMPredictor:
             self.adapter = ExactAdapter(rule, self.net.side_master, None, self.side_start)
         else:
             self.adapter = ExactAdapter(rule, self.theta, model.ms if model else None, self.theta_start)
-        if self.adapter is not None:
-            self.adapter.parts = self.net.parts
         self.t = 0  # steps recorded since the last adapt
         self.segments = self.skipped = 0  # segments adapted on, and those TLM skipped (statistics only)
         self.cost = -1  # relative TLM: the running mean cost per byte, units 2^-16 bits (-1: none yet)
+
+    def set_parts(self, parts: int) -> None:
+        self.net.parts = parts if self.net.fast else 1  # (the step with side weights runs whole)
+        if self.adapter is not None:
+            self.adapter.parts = self.net.parts
 
     def forward(self, inputs: np.ndarray) -> np.ndarray:
         """The network's logits (B, 256; units 2^-12) for this step. `learn_from` must follow."""
@@ -230,7 +234,6 @@ class MixedPredictor:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.net = MLSTMPredictor(settings, model)
         self.experts = Experts(settings.mix, settings.lanes)
-        self.experts.parts = split.parts_for(settings.threads, settings.lanes)
         self.t = 0
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
 
@@ -241,6 +244,10 @@ class MixedPredictor:
     @property
     def skipped(self) -> int:
         return self.net.skipped
+
+    def set_parts(self, parts: int) -> None:
+        self.net.set_parts(parts)
+        self.experts.parts = parts
 
     def _learn(self, y: np.ndarray) -> None:
         used, freqs, k = self.pending

@@ -65,7 +65,8 @@ def _layer_usable() -> bool:
     import numba
     from numba.np.ufunc import parallel
 
-    if parallel._is_initialized:  # started before us: perhaps in a parent before a fork
+    # (numba's private state: where a later numba lacks it, nothing is split, nothing breaks)
+    if getattr(parallel, "_is_initialized", True):  # started before us: perhaps in a parent before a fork
         return False
     if "NUMBA_THREADING_LAYER" not in os.environ:
         numba.config.THREADING_LAYER = "omp"
@@ -74,7 +75,7 @@ def _layer_usable() -> bool:
     try:
         parallel._launch_threads()
         _usable = numba.threading_layer() in FAST_LAYERS
-    except (ValueError, OSError, ImportError):  # no such layer here
+    except (ValueError, OSError, ImportError, AttributeError):  # no such layer here
         _usable = False
     finally:  # numba's OpenMP start sets OpenMP's thread count, which torch shares: the caller's again
         if outside is not None:

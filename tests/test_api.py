@@ -242,6 +242,35 @@ def test_stream_shorter_than_a_block_gets_the_one_shot_settings():
     assert parse_header(packed)[0]["settings"]["lanes"] == 1
 
 
+def _from_forked_child(target, *args, limit: float = 240):
+    """What target(*args, queue) puts on the queue in a forked child; fails if the child dies or
+    hangs (the bugs these tests catch) instead of answering."""
+    import multiprocessing
+    import queue as queues
+    import time
+
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=target, args=(*args, results))
+    child.start()
+    try:
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            try:
+                result = results.get(timeout=1)
+                break
+            except queues.Empty:
+                assert child.is_alive() or not results.empty(), f"the child died (exit {child.exitcode})"
+        else:
+            raise AssertionError(f"the child hung ({limit} s)")
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        return result
+    finally:
+        if child.is_alive():
+            child.kill()
+
+
 def _code_in_forked_child(data: bytes, queue) -> None:
     from dyncompress import split
 
@@ -252,7 +281,6 @@ def test_a_forked_child_codes_on_one_thread_instead_of_hanging():
     """A process that coded on two threads (torch's and numba's OpenMP threads started) forks; the
     child codes at -T 2 too. GNU OpenMP does not survive a fork: before `split` the child hung in
     its first parallel torch call. Now it runs on one thread, unsplit, and writes the same bytes."""
-    import multiprocessing
 
     import torch
 
@@ -263,15 +291,33 @@ def test_a_forked_child_codes_on_one_thread_instead_of_hanging():
     torch.set_num_threads(2)
     assert float(torch.ones(1 << 22, dtype=torch.float64).sum()) == 1 << 22  # torch's threads started
     assert split.parts_for(2, 4) == 2  # and numba's (the split runs at -T 2 on this machine)
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_code_in_forked_child, args=(data, queue))
-    child.start()
-    try:
-        parts, there = queue.get(timeout=240)
-    finally:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.kill()
-    assert child.exitcode == 0
+    parts, there = _from_forked_child(_code_in_forked_child, data)
     assert parts == 1 and there == here and decompress(there) == data
+
+
+def _code_with_the_parents_codec(codec, data: bytes, queue) -> None:
+    from dyncompress.codec import encode_block
+
+    queue.put(encode_block(codec, data))
+
+
+def test_a_codec_made_before_a_fork_codes_in_the_child_unsplit():
+    """A codec that split its lanes over two threads in the parent, used again in a forked child:
+    the child codes its next block unsplit (numba ends a child that enters its OpenMP threads
+    after the parent started them) and writes what the parent writes with the same codec."""
+    import copy
+
+    from dyncompress.api import resolve_model
+    from dyncompress.codec import Codec, encode_block
+    from dyncompress.settings import make_settings
+
+    model = resolve_model("enwiki-h256")
+    settings = make_settings(model=model, threads=2, lanes=4, size_hint=8000)
+    data = corpus("alice29.txt")
+    codec = Codec(settings, model)
+    encode_block(codec, data[:4000])
+    assert codec.predictor.experts.parts == 2  # the parent split its lanes
+    state = copy.deepcopy(codec.predictor.state_dict())
+    there = _from_forked_child(_code_with_the_parents_codec, codec, data[4000:8000])
+    codec.predictor.load_state_dict(state)
+    assert there == encode_block(codec, data[4000:8000])
