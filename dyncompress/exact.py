@@ -399,15 +399,12 @@ class ExactMLSTM(CarriedState):
         if self.compiled:  # the same values as the calls below, in one pass over the master
             (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
             master, inputs, fw, bw = _arrays(self.master, self.inputs.view(-1), self.fw, self.bw)
-            if self.parts > 1:  # in runs of weights, one per thread (`split`)
-                step_kernels.round_weights_parts(master[:n], sf, uf, inputs, sb, ub, bw[:0], self.parts)
-                for k in FORWARD_MATRICES:
-                    m, t32, b32 = self.np_master[k], self.np_t32[k], self.np_b32[k]
-                    step_kernels.matrix_copies_parts(m, sf, uf, t32, sb, ub, b32, self.parts)
-            else:
-                step_kernels.round_weights(master[:n], sf, uf, inputs, sb, ub, bw[:0])
-                for k in FORWARD_MATRICES:
-                    step_kernels.matrix_copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k])
+            runs = (self.parts,) if self.parts > 1 else ()  # in runs of weights, one per thread (`split`)
+            round_in = step_kernels.round_weights_parts if runs else step_kernels.round_weights
+            copies = step_kernels.matrix_copies_parts if runs else step_kernels.matrix_copies
+            round_in(master[:n], sf, uf, inputs, sb, ub, bw[:0], *runs)
+            for k in FORWARD_MATRICES:
+                copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k], *runs)
             if self.fast:
                 for k in ("b", "b_out"):
                     step_kernels.round_weights(self.np_master[k], sf, uf, self.np_fw[k], sb, ub, self.np_bw[k])
