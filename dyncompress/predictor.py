@@ -57,8 +57,10 @@ class Predictor(Protocol):
         active (T,) how many lanes (from the first) were in play at each step. Returns the
         segment's negative log-likelihood in nats."""
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Everything that changes while coding, as tensors (copies)."""
+    def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
+        """Everything that changes while coding, as tensors (copies). `tables=False` leaves out the
+        experts' count tables and the other statistics (hundreds of MB to copy): the network's
+        state alone."""
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
 
@@ -189,7 +191,7 @@ class MLSTMPredictor:
             self.adapter.update(net.grad, int(active.sum()), gain)
             net.refresh()
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
         h, c = self.net.state
         state = {"theta": self.theta.clone(), "h": h.clone(), "c": c.clone(), "tlm_cost": torch.tensor(self.cost)}
@@ -271,10 +273,11 @@ class MixedPredictor:
         self.t = 0
         return self.net.adapt(targets, active)  # its recorded frequencies are the coded ones
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
         assert self.t == 0, "state is taken between segments"
         state = self.net.state_dict()
-        state.update({f"mix.{k}": torch.from_numpy(v) for k, v in self.experts.state().items()})
+        if tables:
+            state.update({f"mix.{k}": torch.from_numpy(v) for k, v in self.experts.state().items()})
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:

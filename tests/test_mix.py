@@ -236,6 +236,9 @@ def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(expe
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(k.startswith("mix.") for k in a) == bool(experts)
+    # the network's state alone (what the fingerprint hashes), without copying the tables
+    net = enc.predictor.state_dict(tables=False)
+    assert net.keys() == {k for k in a if not k.startswith("mix.")} and all(torch.equal(net[k], a[k]) for k in net)
 
 
 def test_the_record_length_is_found_by_votes_and_fades_without_them():
