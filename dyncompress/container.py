@@ -2,8 +2,8 @@
 
     header  = MAGIC (8) | version u16 | meta_len u32 | meta | crc32 u32
               meta: UTF-8 JSON (sorted keys, no spaces); from format 3 on, raw deflate of it with
-              `META_DICT` as the preset dictionary (about 50 bytes instead of 600: a small file
-              should not pay for its header)
+              the format's preset dictionary (`META_DICTS`; format 4: about 30 bytes instead of
+              800: a small file should not pay for its header)
     block   = tag | orig_len u32 | payload_len u32 | payload_crc32 u32
                    | digest (8, BLAKE2b of the original block) | crc32 u32 | payload
               tag 0x01: payload is range-coded; 0x02: payload is the block itself ("stored",
@@ -14,7 +14,7 @@
               (a frame is a run of blocks coded from a fresh start, see `Settings.frame_size`;
               comp_len counts its blocks' bytes), so a reader can seek to the frames it needs
     end     = 0x00 | total_len u64 | blocks u32 | digest (16, BLAKE2b of all original bytes)
-                   | [format 3: frames u32 | stream_len u64] | crc32 u32
+                   | [format 3 on: frames u32 | stream_len u64] | crc32 u32
               stream_len is the whole stream's size, end marker included: from the end of a file
               a reader finds the index, and the start of this stream (and of the one before it)
 
@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from .errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-VERSION = 3  # 3: experts mixed with the network (0.4); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
-READS = (2, 3)  # the formats this version decodes
+VERSION = 4  # 4: format 3 with a header dictionary of today's settings (0.4); 3: experts mixed with the
+# network (0.4 development builds); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
+READS = (2, 3, 4)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
@@ -60,9 +61,11 @@ ADAPT_ADDED = {
     "tlm_relative": 0.0,
 }
 MAX_META = 1 << 20
-# Format 3's preset dictionary for the meta's deflate: a typical record. It is part of the format:
-# changing it breaks every format-3 file, so it never changes (a new one means a new format).
-META_DICT = (
+# The preset dictionaries of the meta's deflate, by format: a typical record. Each is part of its format
+# (changing one would break every file of that format), so a new one means a new format. Format 3's was
+# a record of its first files (a header of about 185 bytes with today's settings); format 4's is today's
+# record for the model, online mode's and a GPU's platform (about 30 bytes).
+META_DICT_3 = (
     b'{"fingerprint":"0123456789abcdef","model":{"name":"enwiki-h256","sha256":"70245cff386dcb36a776169a7b0239f7'
     b'ae72a6902759e67ba08b20ce517229e1"},"platform":{"constriction":"0.5.0","cpu_capability":"AVX2","cuda":"12.8'
     b'","device":"cpu","dyncompress":"0.4.0","gpu":"NVIDIA H200","machine":"x86_64","numpy":"2.4.6","python":"3.'
@@ -71,6 +74,25 @@ META_DICT = (
     b'nt_limit":250,"experts":"orders,word,match","history_bits":24,"mix_lr":0.002,"table_bits":17},"seed":0,"seg'
     b'ment_len":16,"threads":2}}'
 )
+META_DICT_4 = (
+    b'"cuda":"12.8","device":"cuda","gpu":"NVIDIA H200",{"fingerprint":"0123456789abcdef","model":null,"pl'
+    b'atform":{"constriction":"0.5.0","cpu_capability":"AVX512","dyncompress":"0.4.0.dev0","machine":"x86_'
+    b'64","numpy":"2.4.6","python":"3.11.7","torch":"2.13.0+cpu"},"settings":{"adapt":{"beta1":0.0,"beta2"'
+    b':0.99,"clip":1.0,"decay":0.0001,"eps":1e-08,"lora":0,"lora_on":"w_mh,w_m,w_out","lr":0.003,"rule":"r'
+    b'ms","sparse":0,"tlm_bits":0.0,"tlm_lambda":1.0,"tlm_lanes":false,"tlm_relative":0.0},"block_size":10'
+    b'48576,"device":"cpu","frame_size":4194304,"hidden":128,"lanes":3,"mix":{"count_limit":250,"experts":'
+    b'"orders,word,gap,match,ppm,apm,record,column","history_bits":18,"mix_lr":0.0005,"prior":"","table_bi'
+    b'ts":17},"seed":0,"segment_len":16,"threads":2}}{"fingerprint":"0123456789abcdef","model":{"name":"en'
+    b'wiki-h256","sha256":"70245cff386dcb36a776169a7b0239f7ae72a6902759e67ba08b20ce517229e1"},"platform":{'
+    b'"constriction":"0.5.0","cpu_capability":"AVX512","dyncompress":"0.4.0.dev0","machine":"x86_64","nump'
+    b'y":"2.4.6","python":"3.11.7","torch":"2.13.0+cpu"},"settings":{"adapt":{"beta1":0.0,"beta2":0.99,"cl'
+    b'ip":1.0,"decay":0.0001,"eps":1e-08,"lora":0,"lora_on":"w_mh,w_m,w_out","lr":7e-05,"rule":"rms-decay"'
+    b',"sparse":0,"tlm_bits":0.0,"tlm_lambda":1.0,"tlm_lanes":false,"tlm_relative":1.1},"block_size":10485'
+    b'76,"device":"cpu","frame_size":4194304,"hidden":256,"lanes":4,"mix":{"count_limit":250,"experts":"or'
+    b'ders,word,gap,match,ppm,apm,record,column","history_bits":19,"mix_lr":0.0005,"prior":"text1","table_'
+    b'bits":17},"seed":0,"segment_len":16,"threads":2}}'
+)
+META_DICTS = {3: META_DICT_3, 4: META_DICT_4}
 MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
 _HEAD = struct.Struct("<8sHI")
@@ -109,7 +131,7 @@ def _crc(*parts: bytes) -> int:
 
 def pack_header(meta: dict) -> bytes:
     body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICT)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICTS[VERSION])
     body = deflate.compress(body) + deflate.flush()
     head = _HEAD.pack(MAGIC, VERSION, len(body)) + body
     return head + _CRC.pack(_crc(head))
@@ -136,7 +158,9 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
             f"{VERSION}: decode it with dyncompress {release} (pip install 'dyncompress=={release}')"
         )
     if version not in READS:
-        raise FormatError(f"unsupported format version {version} (this dyncompress reads versions 2 and 3)")
+        raise FormatError(
+            f"unsupported format version {version} (this dyncompress reads versions {', '.join(map(str, READS))})"
+        )
     if meta_len > MAX_META:
         raise FormatError("corrupt header (implausible length)")
     end = pos + _HEAD.size + meta_len + _CRC.size
@@ -146,7 +170,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if _CRC.unpack(bytes(buf[end - _CRC.size : end]))[0] != _crc(head):
         raise FormatError("corrupt header (checksum mismatch)")
     try:
-        meta = json.loads(_inflate(head[_HEAD.size :]) if version >= 3 else head[_HEAD.size :])
+        meta = json.loads(_inflate(head[_HEAD.size :], version) if version >= 3 else head[_HEAD.size :])
     except (ValueError, zlib.error) as e:
         raise FormatError(f"corrupt header ({e})") from None
     if not isinstance(meta, dict):
@@ -163,8 +187,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     return meta, end
 
 
-def _inflate(body: bytes) -> bytes:
-    inflate = zlib.decompressobj(-15, zdict=META_DICT)
+def _inflate(body: bytes, version: int) -> bytes:
+    inflate = zlib.decompressobj(-15, zdict=META_DICTS[version])
     text = inflate.decompress(body, MAX_META)
     if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
         raise ValueError("the settings record does not end where its length says")

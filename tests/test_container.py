@@ -9,7 +9,7 @@ import pytest
 
 from dyncompress.container import (
     MAGIC,
-    META_DICT,
+    META_DICTS,
     VERSION,
     Block,
     End,
@@ -40,16 +40,25 @@ def test_header_round_trip_and_streaming():
     assert meta == {**META, "format": VERSION} and end == len(packed)
 
 
+def _deflated_header(meta: dict, version: int) -> bytes:
+    """A header as format `version` (3 on) writes it, with that format's dictionary."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICTS[version])
+    body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    body = deflate.compress(body) + deflate.flush()
+    head = MAGIC + struct.pack("<HI", version, len(body)) + body
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
 def test_the_settings_record_is_deflated_and_checked():
-    """Format 3 deflates the meta with a preset dictionary: a real record costs tens of bytes, not
+    """The meta is deflated with a preset dictionary: a real record costs a few tens of bytes, not
     hundreds. A body that is not exactly one deflate stream is refused, even with a good CRC."""
-    meta = json.loads(META_DICT)  # the typical record the dictionary was made from
+    dictionary = META_DICTS[VERSION]
+    meta = json.loads(dictionary[dictionary.rindex(b'{"fingerprint"') :])  # the record it was made from
     meta["fingerprint"], meta["settings"]["lanes"] = "fedcba9876543210", 3
     packed = pack_header(meta)
-    assert len(packed) < 100 < len(META_DICT)
+    assert packed == _deflated_header(meta, VERSION) and len(packed) < 60 < 800 < len(dictionary)
     read, end = parse_header(packed)
-    assert end == len(packed) and read["settings"]["mix"].pop("prior") == ""  # a record without it: no prior
-    assert read == {**meta, "format": VERSION}
+    assert end == len(packed) and read == {**meta, "format": VERSION}
     body = packed[14:-4]
     for bad in (body + b"\x00", body[:-1], json.dumps(meta).encode()):
         head = MAGIC + struct.pack("<HI", VERSION, len(bad)) + bad
@@ -127,6 +136,22 @@ def test_every_single_byte_corruption_is_caught():
             bad[i] ^= flip
             with pytest.raises(FormatError):
                 walk(bytes(bad))
+
+
+def test_a_format3_header_reads_with_its_own_dictionary():
+    """Format 3 (development builds of 0.4) deflated its meta with another dictionary: its headers
+    still read, and a mixer record without the prior means none."""
+    meta = json.loads(META_DICTS[3])  # the typical record of format 3's first files
+    meta["fingerprint"] = "fedcba9876543210"
+    packed = _deflated_header(meta, 3)
+    assert len(packed) < 100 < len(META_DICTS[3])
+    read, end = parse_header(packed + b"rest")
+    assert end == len(packed) and read["settings"]["mix"].pop("prior") == ""
+    assert read == {**meta, "format": 3}
+    # the same body labelled format 4 (CRC made good) is read with format 4's dictionary: refused
+    relabelled = MAGIC + struct.pack("<H", 4) + packed[len(MAGIC) + 2 : -4]
+    with pytest.raises(FormatError, match="corrupt header"):
+        parse_header(relabelled + struct.pack("<I", zlib.crc32(relabelled)))
 
 
 def test_wrong_magic_and_unsupported_version():

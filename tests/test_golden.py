@@ -124,7 +124,7 @@ def test_format1_file_is_refused_in_one_line_naming_the_release_that_reads_it(na
     packed = (GOLDEN / "format1" / f"{name}.dc").read_bytes()
     with pytest.raises(FormatError, match=r"format 1.*dyncompress 0\.2\.0") as e:
         parse_header(packed)
-    assert "\n" not in str(e.value) and VERSION == 3
+    assert "\n" not in str(e.value) and VERSION == 4
     src = tmp_path / f"{name}.dc"
     src.write_bytes(packed)
     r = run_cli("decode", str(src))
