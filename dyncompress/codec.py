@@ -130,6 +130,7 @@ def fingerprint(settings: Settings, model: Model | None = None) -> str:
     payload = encode_block(codec, sample)
     h = hashlib.sha256(payload)
     state = codec.predictor.state_dict(tables=False)  # the network's: a copy of the tables is 245 MB more
-    for key in ("theta", "h", "c"):
-        h.update(state[key].cpu().numpy().tobytes())
+    for key in ("theta", "h", "c"):  # (none without a network: the statistics are in the payload)
+        if key in state:
+            h.update(state[key].cpu().numpy().tobytes())
     return h.hexdigest()[:16]

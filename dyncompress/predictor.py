@@ -294,6 +294,64 @@ class MixedPredictor:
         return self.net.record()
 
 
+class StatsPredictor:
+    """The byte statistics and their mixer alone, without a network (`Settings.hidden` 0: `--fast`):
+    the experts of `mix.Experts` with the network's input at zero (its weight never moves). No
+    gradient steps, no model: what the experts and the mixer learn from every byte is all the
+    adaptation there is. On the first 300 kB of enwik8, 64 lanes on 2 threads: about 2.04 bits per
+    byte at 180 ... 200 kB/s (xz -9e 2.43; BENCHMARKS.md, the fast level)."""
+
+    segments = skipped = 0  # (no gradient steps)
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        if model is not None:
+            raise ValueError("the statistics alone (hidden 0) start from no model")
+        self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
+        self.experts = Experts(settings.mix, settings.lanes)
+        self.zeros = np.zeros((settings.lanes, 256), dtype=np.int64)  # the network's input: none
+        self.t, self.nats = 0, 0.0
+        self.pending: tuple | None = None
+
+    def set_parts(self, parts: int) -> None:
+        self.experts.parts = parts
+
+    def _learn(self, y: np.ndarray) -> None:
+        used, freqs, k = self.pending
+        self.experts.learn(used, freqs, y, k)
+        # the code length, for reporting only (float; the coded bits never depend on it)
+        self.nats -= float(np.log(freqs[np.arange(k), y[:k]] / FREQ_TOTAL).sum())
+        self.pending = None
+
+    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
+        if self.pending is not None:
+            self._learn(inputs)
+        freqs, used = self.experts.mix(self.zeros)
+        self.pending = (used, freqs, active)
+        self.t += 1
+        return freqs
+
+    def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
+        assert len(targets) == self.t, "adapt() must follow the steps of the segment it learns from"
+        self._learn(targets[-1])
+        self.t, nats, self.nats = 0, self.nats, 0.0
+        return nats
+
+    def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
+        assert self.t == 0, "state is taken between segments"
+        return {f"mix.{k}": torch.from_numpy(v) for k, v in self.experts.state().items()} if tables else {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.experts.load({k[4:]: v.numpy() for k, v in state.items() if k.startswith("mix.")})
+        self.t, self.pending = 0, None
+
+    def reset(self) -> None:
+        self.experts.reset()
+        self.t, self.pending = 0, None
+
+    def record(self) -> dict:
+        return predictor_record(None)
+
+
 def predictor_record(model: Model | None) -> dict:
     """What the header says of the starting weights: None for online mode (a seeded random start),
     else the model's name and SHA-256 (every predictor starts from one or the other)."""
@@ -301,6 +359,8 @@ def predictor_record(model: Model | None) -> dict:
 
 
 def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:
+    if not settings.hidden:
+        return StatsPredictor(settings, model)
     if settings.mix.expert_names:
         return MixedPredictor(settings, model)
     return MLSTMPredictor(settings, model)

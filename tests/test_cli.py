@@ -1,5 +1,6 @@
 """The command line, run for real in fresh processes: files, pipes, refusals, exit codes."""
 
+import lzma
 import os
 import re
 import signal
@@ -221,6 +222,32 @@ def test_any_thread_count_decodes_exactly(tmp_path, threads):
     assert r.stdout == data
 
 
+def test_fast_codes_without_a_network_and_refuses_what_contradicts_it(tmp_path):
+    """--fast: the byte statistics and their mixer alone (hidden 0, no model, many lanes). Real
+    text, object code and an empty file round-trip; the file says so; it codes text smaller than
+    xz -9e; network knobs, levels and models are usage errors."""
+    text = corpus("alice29.txt")[:60000]
+    for name, data in (("text", text), ("obj", corpus("calgary_obj1")), ("empty", b"")):
+        src = tmp_path / name
+        src.write_bytes(data)
+        r = run_cli("encode", "--fast", src)
+        assert r.returncode == 0, r.stderr
+        r = run_cli("decode", "-c", f"{src}.dc")
+        assert r.returncode == 0 and r.stdout == data, r.stderr
+    info = run_cli("info", tmp_path / "text.dc").stdout.decode()
+    assert "network         none" in info and "model           none" in info and "lanes=7," in info, info
+    assert (tmp_path / "text.dc").stat().st_size < 0.9 * len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+    for args, says in (
+        (["-9"], "a level of its own"),
+        (["--online"], "a level of its own"),
+        (["--model", "enwiki-h256"], "a level of its own"),
+        (["--lr", "0.1"], "--lr does not apply"),
+        (["--hidden", "64"], "--hidden does not apply"),
+    ):
+        r = run_cli("encode", "--fast", *args, "-c", tmp_path / "text")
+        assert r.returncode == 2 and says in r.stderr.decode() and not r.stdout, (args, r.stderr)
+
+
 def test_module_and_version():
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.startswith(b"dyncompress")
@@ -234,6 +261,7 @@ CROSS_CASES = {  # (the golden files are re-encoded under these kernels in test_
     "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
     "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
     "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
+    "fast, -T 2": ["--fast", "-T", "2"],
 }
 
 

@@ -25,7 +25,8 @@ from dyncompress.mix import (
     table_bytes,
 )
 from dyncompress.mix_kernels import frequencies as integer_frequencies
-from dyncompress.settings import DEFAULT_PRIOR, EXPERTS, MixSettings, Settings, make_settings
+from dyncompress.predictor import StatsPredictor
+from dyncompress.settings import DEFAULT_PRIOR, EXPERTS, AdaptSettings, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
@@ -360,6 +361,35 @@ def test_table_sizes_are_bounded_and_stated():
     small = make_settings(model=None, device="cpu", size_hint=5000)
     assert small.mix.table_bits == 13 and table_bytes(small.mix, small.lanes) < table_bytes(default.mix, 16) / 4
     assert table_bytes(MixSettings(experts=""), 16) == 0
+
+
+def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
+    """hidden 0 (`--fast`): no network, no gradient steps; the experts and the mixer alone, split
+    over threads or not, encoder and decoder with the same tables after every block."""
+    text, noise = corpus("alice29.txt")[:4000], bytes(np.random.default_rng(3).integers(0, 256, 900, dtype=np.uint8))
+    base = Settings(
+        hidden=0, lanes=6, segment_len=16, adapt=AdaptSettings(rule="static"), mix=MixSettings(table_bits=12)
+    )
+    payloads = []
+    for threads in (1, 2):
+        enc, dec = Codec(replace(base, threads=threads)), Codec(replace(base, threads=3 - threads))
+        assert isinstance(enc.predictor, StatsPredictor) and enc.predictor.state_dict(tables=False) == {}
+        payloads.append([encode_block(enc, p) for p in (text, noise, text[:700])])
+        assert [decode_block(dec, c, n) for c, n in zip(payloads[-1], (4000, 900, 700), strict=True)] == [
+            text,
+            noise,
+            text[:700],
+        ]
+        a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
+        assert a.keys() == b.keys() and len(a) > 10 and all(torch.equal(a[k], b[k]) for k in a)
+        assert enc.nats > 0
+    assert payloads[0] == payloads[1]  # the split over threads changes nothing
+    # the repeat of the text's start is coded far smaller than its first time
+    assert len(payloads[0][2]) < 0.5 * len(payloads[0][0]) * 700 / 4000
+    with pytest.raises(ValueError, match="the experts must be on"):
+        replace(base, mix=MixSettings(experts=""))
+    with pytest.raises(ValueError, match="nothing to adapt"):
+        replace(base, adapt=AdaptSettings(rule="rms"))
 
 
 def test_bad_expert_settings_are_refused():
