@@ -365,22 +365,31 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_step(E, sets, freqs, y, k, W, rate, w_bound):
-    """One mixer's step after byte y: every chosen row -= rate * (sum_j p_j e_ij - e_iy), p its own
-    frequencies, each row at its rate (k, S); then the rows are held within +-w_bound."""
+def mixer_gradients(E, freqs, y, lo, hi, G):
+    """Rows lo ... hi - 1 of G (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy for one mixer, p
+    its own frequencies. Every lane's is its own (the weights do not enter it): `learn_parts`
+    computes them in runs of lanes side by side."""
     n_in = E.shape[1]
-    S = sets.shape[1]
-    g = np.empty(n_in, dtype=np.int64)
-    for b in range(k):
+    for b in range(lo, hi):
         for i in range(n_in):
             acc = 0
             for j in range(256):
                 acc += freqs[b, j] * E[b, i, j]
-            g[i] = (acc >> 24) - E[b, i, y[b]]
+            G[b, i] = (acc >> 24) - E[b, i, y[b]]
+
+
+@njit(cache=True)
+def mixer_step(G, sets, k, W, rate, w_bound):
+    """One mixer's step after byte y from its gradients G (`mixer_gradients`): every chosen row -=
+    rate * g, lane after lane (lanes may share rows), each row at its rate (k, S); then the rows
+    are held within +-w_bound."""
+    n_in = G.shape[1]
+    S = sets.shape[1]
+    for b in range(k):
         for s in range(S):
             row = sets[b, s]
             for i in range(n_in):
-                W[row, i] -= (g[i] * rate[b, s] + (1 << 15)) >> 16
+                W[row, i] -= (G[b, i] * rate[b, s] + (1 << 15)) >> 16
     for b in range(k):
         for s in range(S):
             row = sets[b, s]
@@ -389,23 +398,33 @@ def mixer_step(E, sets, freqs, y, k, W, rate, w_bound):
 
 
 @njit(cache=True)
-def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
-    """Both mixers' steps after byte y, each chosen row at its own rate from the steps it had taken
-    before this one: max(lr, lr_start / (settle + steps)) for W, half that (each term halved,
+def mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+    """Both mixers' steps from their gradients, each chosen row at its own rate from the steps it had
+    taken before this one: max(lr, lr_start / (settle + steps)) for W, half that (each term halved,
     floored) for W_slow."""
     S = sets.shape[1]
     rate = np.empty((k, S), dtype=np.int64)
     for b in range(k):
         for s in range(S):
             rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
-    mixer_step(E, sets, f_fast, y, k, W, rate, w_bound)
+    mixer_step(G_fast, sets, k, W, rate, w_bound)
     for b in range(k):
         for s in range(S):
             rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
-    mixer_step(E, sets, f_slow, y, k, W_slow, rate, w_bound)
+    mixer_step(G_slow, sets, k, W_slow, rate, w_bound)
     for b in range(k):
         for s in range(S):
             updates[sets[b, s]] += 1
+
+
+@njit(cache=True)
+def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+    """Both mixers' steps after byte y (`mixer_steps`), with their gradients."""
+    G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
+    mixer_gradients(E, f_fast, y, 0, k, G_fast)
+    mixer_gradients(E, f_slow, y, 0, k, G_slow)
+    mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
 
 
 @njit(cache=True)
@@ -602,18 +621,24 @@ def frequencies(z, exp, out):
 
 @njit(cache=True, parallel=True)
 def learn_parts(
-    use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W, W_slow,
-    updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb, use_match,
-    use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max, use_record,
-    rec_at, rec, longest, use_column, lines,
+    parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
+    W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
+    use_match, use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max,
+    use_record, rec_at, rec, longest, use_column, lines,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
     mixers' steps and the count tables in one, the APM's step and `advance` in the other. The two
     touch disjoint memory (the APM reads the last bytes before `advance` moves them on, in its own
-    section), and each kernel runs as it does alone: the same state for any split."""
+    section), and each kernel runs as it does alone: the same state for any split. Before them, the
+    mixers' gradients, every lane's its own, in `parts` runs of lanes."""
+    G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
+    for p in prange(parts):
+        mixer_gradients(E, f_fast, y, p * k // parts, (p + 1) * k // parts, G_fast)
+        mixer_gradients(E, f_slow, y, p * k // parts, (p + 1) * k // parts, G_slow)
     for section in prange(2):
         if section == 0:
-            mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
+            mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
             if count_tables:
                 count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit)
         else:
