@@ -263,7 +263,7 @@ class Experts:
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
-        self._E = np.zeros((B, self.n_in, 256), dtype=np.int64)
+        self._E = np.zeros((B, self.n_in, 256), dtype=np.int32)  # |e| <= 2^17: half the bytes to stream
         self._sets = np.zeros((B, 3 + len(HASHED_SETS)), dtype=np.int64)
         self._rows = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._tags = np.zeros((B, max(self.K, 1)), dtype=np.int64)
