@@ -461,6 +461,8 @@ def make_settings(
         base = model_settings(model, level or DEFAULT_LEVEL, device, *wanted)
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)
+    if model is not None and overrides.get("hidden") == 0:
+        raise ValueError("hidden 0 codes without a network, so without a model: model=None (encode --fast)")
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     fast = settings is None and overrides.get("hidden") == 0  # the fast level: lanes for size its own way

@@ -390,6 +390,9 @@ def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
         replace(base, mix=MixSettings(experts=""))
     with pytest.raises(ValueError, match="nothing to adapt"):
         replace(base, adapt=AdaptSettings(rule="rms"))
+    with pytest.raises(DyncompressError, match="without a network, so without a model"):
+        compress(text, hidden=0)  # the shipped model is the default start
+    assert decompress(compress(text[:500], model=None, hidden=0)) == text[:500]
 
 
 def test_bad_expert_settings_are_refused():
