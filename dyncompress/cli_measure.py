@@ -453,7 +453,8 @@ def tune(
 @click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
 @coding_options
 @click.option("--online", is_flag=True, help="dyncompress in online mode (no pretrained model).")
-def bench(sources, model, level, lanes, block_size, threads, device, experts, quiet, online):
+@click.option("--fast", is_flag=True, help="dyncompress's fast level (no network: encode --fast).")
+def bench(sources, model, level, lanes, block_size, threads, device, experts, quiet, online, fast):
     """Bits per byte and speed of dyncompress next to zlib, bz2, lzma (and zstd, brotli if installed).
 
     Every compressor's output is decoded and compared with the input. Without --model or
@@ -466,10 +467,14 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
 
     if online and model:
         raise click.UsageError("--online and --model contradict each other")
-    pretrained = None if online else _model(model)
-    start = pretrained if online or model else AUTO_MODEL  # as `encode` starts (`auto`)
+    if fast and (online or model or level):
+        raise click.UsageError("--fast is a level of its own, without a model: no -1 ... -9, --model or --online")
+    pretrained = None if online or fast else _model(model)
+    start = pretrained if online or model or fast else AUTO_MODEL  # as `encode` starts (`auto`)
     knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
-    ours = f"dyncompress -{level or 6}" + (" --online" if online else "")
+    if fast:
+        knobs["hidden"] = 0
+    ours = "dyncompress --fast" if fast else f"dyncompress -{level or 6}" + (" --online" if online else "")
     for spec in sources:
         src, data = _read(spec)
         click.echo(f"{spec}: {len(data):,} bytes")

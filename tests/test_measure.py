@@ -192,6 +192,18 @@ def test_cli_bench_prints_peers_next_to_dyncompress(tiny):
         assert len(re.findall(line, out, re.M)) == 2
 
 
+def test_cli_bench_fast_row_is_the_fast_level_and_beats_lzma():
+    r = run_cli("bench", "--fast", f"{ALICE}:0:30k")
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    rows = dict(re.findall(r"^  (dyncompress --fast|lzma -9e)\s+[\d,]+\s+(\d+\.\d{3})", out, re.M))
+    assert rows.keys() == {"dyncompress --fast", "lzma -9e"} and float(rows["dyncompress --fast"]) < float(
+        rows["lzma -9e"]
+    ), out
+    r = run_cli("bench", "--fast", "--online", f"{ALICE}:0:1k")
+    assert r.returncode == 2 and "a level of its own" in r.stderr.decode()
+
+
 def test_eval_rows_need_a_model_except_online():
     with pytest.raises(DyncompressError, match="needs a pretrained model"):
         row_settings("rms", 1000, None)
