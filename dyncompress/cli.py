@@ -224,7 +224,11 @@ def describe(name: str, reader) -> str:
             else ", ".join(f"{k}={settings[k]}" for k in network if k in settings)
         ),
         "  coding          " + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in network),
-        *(f"  {_PARTS.get(part, part):<15} " + _part_line(part, c) for part, c in nested.items()),
+        *(
+            f"  {_PARTS.get(part, part):<15} "
+            + ("none (no network)" if no_network and part == "adapt" else _part_line(part, c))
+            for part, c in nested.items()
+        ),
         *_tables_line(meta.get("settings", {})),
         *_frames_lines(frames, settings.get("frame_size")),
         f"  fingerprint     {meta.get('fingerprint')}",

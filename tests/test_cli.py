@@ -236,6 +236,7 @@ def test_fast_codes_without_a_network_and_refuses_what_contradicts_it(tmp_path):
         assert r.returncode == 0 and r.stdout == data, r.stderr
     info = run_cli("info", tmp_path / "text.dc").stdout.decode()
     assert "network         none" in info and "model           none" in info and "lanes=7," in info, info
+    assert "adaptation      none (no network)" in info, info
     assert (tmp_path / "text.dc").stat().st_size < 0.9 * len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
     for args, says in (
         (["-9"], "a level of its own"),
