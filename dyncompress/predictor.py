@@ -230,11 +230,11 @@ class MixedPredictor:
     miss: on 300 kB of enwik6 that beats learning from its own predictions by 0.6 % (pretrained)
     and 3.2 % (online). The mixer and the statistics learn from every byte, at the next step (or
     at `adapt`, for a segment's last); learning the mixer in the segment step instead measured
-    0.05 % worse."""
+    0.05 % worse. Without a network (`Settings.hidden` 0, `--fast`) its place is a `NoNetwork`."""
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
-        self.net = MLSTMPredictor(settings, model)
+        self.net = MLSTMPredictor(settings, model) if settings.hidden else NoNetwork(settings, model)
         self.experts = Experts(settings.mix, settings.lanes)
         self.t = 0
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
@@ -294,59 +294,46 @@ class MixedPredictor:
         return self.net.record()
 
 
-class StatsPredictor:
-    """The byte statistics and their mixer alone, without a network (`Settings.hidden` 0: `--fast`):
-    the experts of `mix.Experts` with the network's input at zero (its weight never moves). No
-    gradient steps, no model: what the experts and the mixer learn from every byte is all the
-    adaptation there is. On the first 300 kB of enwik8, 64 lanes on 2 threads: about 2.04 bits per
-    byte at 180 ... 200 kB/s (xz -9e 2.43; BENCHMARKS.md, the fast level)."""
+class NoNetwork:
+    """The network's place in `MixedPredictor` where there is none (`Settings.hidden` 0: `--fast`):
+    logits of zero, whose evidence is zero for every byte, so the mixer's weight on them never
+    moves; no gradient steps, no model. What the experts and the mixer learn from every byte is
+    all the adaptation there is. It keeps a segment's coded frequencies for its code length
+    (reporting only)."""
 
     segments = skipped = 0  # (no gradient steps)
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         if model is not None:
             raise ValueError("the statistics alone (hidden 0) start from no model")
-        self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
-        self.experts = Experts(settings.mix, settings.lanes)
-        self.zeros = np.zeros((settings.lanes, 256), dtype=np.int64)  # the network's input: none
-        self.t, self.nats = 0, 0.0
-        self.pending: tuple | None = None
+        self.zeros = np.zeros((settings.lanes, 256), dtype=np.int64)
+        self.coded: list[np.ndarray] = []  # the segment's frequencies, step by step
 
     def set_parts(self, parts: int) -> None:
-        self.experts.parts = parts
+        pass
 
-    def _learn(self, y: np.ndarray) -> None:
-        used, freqs, k = self.pending
-        self.experts.learn(used, freqs, y, k)
-        # the code length, for reporting only (float; the coded bits never depend on it)
-        self.nats -= float(np.log(freqs[np.arange(k), y[:k]] / FREQ_TOTAL).sum())
-        self.pending = None
+    def forward(self, inputs: np.ndarray) -> np.ndarray:
+        return self.zeros
 
-    def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
-        if self.pending is not None:
-            self._learn(inputs)
-        freqs, used = self.experts.mix(self.zeros)
-        self.pending = (used, freqs, active)
-        self.t += 1
-        return freqs
+    def learn_from(self, freqs: np.ndarray) -> None:
+        self.coded.append(freqs)  # (a fresh array every step: `Experts.mix`)
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
-        assert len(targets) == self.t, "adapt() must follow the steps of the segment it learns from"
-        self._learn(targets[-1])
-        self.t, nats, self.nats = 0, self.nats, 0.0
+        """The segment's code length in nats (a float, for reporting: the coded bits never depend on it)."""
+        nats = 0.0
+        for t, (freqs, k) in enumerate(zip(self.coded, active, strict=True)):
+            nats -= float(np.log(freqs[np.arange(k), targets[t, :k]] / FREQ_TOTAL).sum())
+        self.coded = []
         return nats
 
     def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
-        assert self.t == 0, "state is taken between segments"
-        return {f"mix.{k}": torch.from_numpy(v) for k, v in self.experts.state().items()} if tables else {}
+        return {}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.experts.load({k[4:]: v.numpy() for k, v in state.items() if k.startswith("mix.")})
-        self.t, self.pending = 0, None
+        self.coded = []
 
     def reset(self) -> None:
-        self.experts.reset()
-        self.t, self.pending = 0, None
+        self.coded = []
 
     def record(self) -> dict:
         return predictor_record(None)
@@ -359,8 +346,6 @@ def predictor_record(model: Model | None) -> dict:
 
 
 def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:
-    if not settings.hidden:
-        return StatsPredictor(settings, model)
-    if settings.mix.expert_names:
+    if settings.mix.expert_names:  # (always, without a network: `Settings`)
         return MixedPredictor(settings, model)
     return MLSTMPredictor(settings, model)

@@ -25,7 +25,7 @@ from dyncompress.mix import (
     table_bytes,
 )
 from dyncompress.mix_kernels import frequencies as integer_frequencies
-from dyncompress.predictor import StatsPredictor
+from dyncompress.predictor import NoNetwork
 from dyncompress.settings import DEFAULT_PRIOR, EXPERTS, AdaptSettings, MixSettings, Settings, make_settings
 
 ALL = ",".join(EXPERTS)
@@ -373,7 +373,7 @@ def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
     payloads = []
     for threads in (1, 2):
         enc, dec = Codec(replace(base, threads=threads)), Codec(replace(base, threads=3 - threads))
-        assert isinstance(enc.predictor, StatsPredictor) and enc.predictor.state_dict(tables=False) == {}
+        assert isinstance(enc.predictor.net, NoNetwork) and enc.predictor.state_dict(tables=False) == {}
         payloads.append([encode_block(enc, p) for p in (text, noise, text[:700])])
         assert [decode_block(dec, c, n) for c, n in zip(payloads[-1], (4000, 900, 700), strict=True)] == [
             text,
