@@ -29,6 +29,15 @@ def model():
     return resolve_model(DEFAULT_MODEL)
 
 
+def split_started() -> None:
+    """Start numba's threading layer through `split`, as a codec does, before a test calls the split
+    kernels itself: a layer started elsewhere makes `split` refuse to split in this process from
+    then on, and a later test of the split (`test_api`'s forks) would fail for the order alone."""
+    from dyncompress import split
+
+    split.parts_for(2, 2)
+
+
 def rewrite_header(packed: bytes, edit) -> bytes:
     """The stream with its header edited (and its end marker's stream length set to match)."""
     meta, end = parse_header(packed)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import corpus
+from conftest import corpus, split_started
 from dyncompress import exact
 from dyncompress.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
 from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
@@ -201,6 +201,8 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     steps = 24
     master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
     compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps)
+    if parts > 1:
+        split_started()
     compiled.parts = parts
     compiled.refresh()  # (the weights' copies, made in runs of weights where split)
     calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, compiled=False)  # as on a GPU
@@ -310,6 +312,8 @@ def test_the_compiled_update_is_the_torch_calls_bit_for_bit(rule, calibrated, kw
     master[::50] = limit * torch.sign(master[::50])  # every 50th weight at its bound: steps push some past it
     compiled, calls = ExactAdapter(s, master.clone(), ms, start), ExactAdapter(s, master.clone(), ms, start)
     assert compiled.compiled
+    if parts > 1:
+        split_started()
     compiled.parts = parts
     calls.compiled = False  # as on a GPU
     held = []  # the largest |weight| after each step

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import NET, corpus, rewrite_header
+from conftest import NET, corpus, rewrite_header, split_started
 from dyncompress import DyncompressError, compress, decompress
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.container import FORMAT2_MIX, parse_header
@@ -77,6 +77,7 @@ def test_mixing_split_over_threads_changes_nothing():
     5 lanes split into 2 and into 3 runs, every expert on."""
     text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
     runs = [Experts(MixSettings(experts=ALL, table_bits=12), 5) for _ in range(3)]
+    split_started()
     runs[1].parts, runs[2].parts = 2, 3
     rng = np.random.default_rng(9)
     for t in range(text.shape[1]):
