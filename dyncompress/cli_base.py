@@ -175,3 +175,19 @@ def torch_threads(n: int | None) -> None:
         import torch
 
         torch.set_num_threads(n)
+
+
+NETWORK_KNOBS = (
+    "hidden", "rule", "lr", "decay", "beta1", "beta2", "eps", "clip", "sparse", "lora", "lora_on", "tlm_bits",
+    "tlm_relative", "tlm_lambda", "seed",
+)  # fmt: skip
+
+
+def fast_knobs(level, model, online, knobs: dict) -> None:
+    """--fast's settings into `knobs` (no network: hidden 0), or a usage error for what contradicts it."""
+    if level is not None or model or online:
+        raise click.UsageError("--fast is a level of its own, without a model: no -1 ... -9, --model or --online")
+    given = [k for k in NETWORK_KNOBS if k in knobs]
+    if given:
+        raise click.UsageError(f"--fast codes without a network: --{given[0].replace('_', '-')} does not apply")
+    knobs["hidden"] = 0

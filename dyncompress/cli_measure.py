@@ -12,7 +12,7 @@ import time
 
 import click
 
-from .cli_base import EXPERTS_HELP, ExpertsParam, Fatal, knob, level_options, loading
+from .cli_base import EXPERTS_HELP, ExpertsParam, Fatal, fast_knobs, knob, level_options, loading
 from .container import MAX_BLOCK_SIZE
 from .errors import DyncompressError
 from .progress import ProgressLine
@@ -467,13 +467,11 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
 
     if online and model:
         raise click.UsageError("--online and --model contradict each other")
-    if fast and (online or model or level):
-        raise click.UsageError("--fast is a level of its own, without a model: no -1 ... -9, --model or --online")
     pretrained = None if online or fast else _model(model)
     start = pretrained if online or model or fast else AUTO_MODEL  # as `encode` starts (`auto`)
     knobs = _knobs(level=level, lanes=lanes, block_size=block_size, device=device, experts=experts, **_threads(threads))
     if fast:
-        knobs["hidden"] = 0
+        fast_knobs(level, model, online, knobs)
     ours = "dyncompress --fast" if fast else f"dyncompress -{level or 6}" + (" --online" if online else "")
     for spec in sources:
         src, data = _read(spec)
