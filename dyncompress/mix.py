@@ -369,15 +369,15 @@ class Experts:
             return
         y = np.ascontiguousarray(y[:k], dtype=np.int64)
         longest = min((1 << self.hb) - 1, RECORD_MAX)
-        if self.parts > 1:  # the same kernels, in two sections side by side (`split`)
+        if self.parts > 1:  # the same kernels, side by side (`split`, `mix_kernels.learn_parts`)
             kernels.learn_parts(
                 self.parts, self.use_apm, np.ascontiguousarray(freqs, dtype=np.int64), y, k, self.last, self.apm,
                 self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["E"], used["sets"], used["f_fast"],
-                used["f_slow"], self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND, self.K
-                > 0, used["rows"], used["tags"], self.counts, self.tags, self.recent, self.s.count_limit, self.hb,
-                self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos, self.word,
-                self.match_table, self.s.table_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.use_record, self.rec_at,
-                self.rec, longest, self.use_column, self.lines,
+                used["f_slow"], self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
+                self.K > 0, used["rows"], used["tags"], self.counts, self.tags, self.recent, self.s.count_limit,
+                self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
+                self.word, self.match_table, self.s.table_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.use_record,
+                self.rec_at, self.rec, longest, self.use_column, self.lines,
             )  # fmt: skip
             return
         if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
