@@ -270,7 +270,9 @@ class Experts:
         self._f0 = np.zeros((B, 256), dtype=np.int64)  # the mixer's own frequencies (before the APM)
         self._apm_at = np.zeros((B, 256), dtype=np.int64)
         # the two mixers' logits and frequencies (what each learns from)
-        self._z_fast, self._z_slow, self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int64) for _ in range(4))
+        self._z_fast, self._z_slow = (np.zeros((B, 256), dtype=np.int64) for _ in range(2))
+        # each mixer's own probabilities (units 2^-24) for its gradient: int32 halves what it streams
+        self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int32) for _ in range(2))
         self.reset()
 
     def memory(self) -> int:

@@ -169,19 +169,26 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
             continue
         den = n + d
         inv = 1.0 / np.float64(den)
-        for j in range(256):
+        for j in range(256):  # without branches: p_j is 0 where c is, and floor_div(0, ...) is 0
             c = np.int64(counts[row, j]) * np.int64(not excl[j])
-            if c:
-                p[j] = floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
-                excl[j] = True
+            p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
+            excl[j] = excl[j] or c != 0
         left = left * d // den
     unseen = 0
     for j in range(256):
         if not excl[j]:
             unseen += 1
     rest = ppm_log(left // unseen if unseen else 0, ln_mant, ln2, floor)
+    fv = np.empty(256, dtype=np.float64)
     for j in range(256):
-        out[j] = ppm_log(p[j], ln_mant, ln2, floor) if excl[j] else rest
+        fv[j] = np.float64(p[j])  # exact (below 2^53)
+    bits = fv.view(np.int64)
+    for j in range(256):
+        v = p[j]
+        l = (bits[j] >> 52) - 1023  # floor(log2 v): the exponent of v, exact
+        m = (bits[j] >> 40) & 4095  # the 12 bits after v's leading one (zeros below 2^12)
+        got = max(ln_mant[m] + (l - PPM_BITS) * ln2, floor)
+        out[j] = (got if v > 0 else floor) if excl[j] else rest
 
 
 @njit(cache=True)
@@ -202,8 +209,8 @@ def mix_step(
     those of z refined by `apm_refine`."""
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
-    weights = np.empty(n_in, dtype=np.int64)
-    weights_slow = np.empty(n_in, dtype=np.int64)
+    weights = np.empty(n_in, dtype=np.int32)
+    weights_slow = np.empty(n_in, dtype=np.int32)
     acc = np.empty(256, dtype=np.int64)
     acc_slow = np.empty(256, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
@@ -265,16 +272,17 @@ def mix_step(
             for s in range(sets.shape[1]):
                 w += W[sets[b, s], i]
                 w_slow += W_slow[sets[b, s], i]
-            weights[i] = w
-            weights_slow[i] = w_slow
+            weights[i] = np.int32(w)  # |w| <= 6 W_BOUND < 2^31
+            weights_slow[i] = np.int32(w_slow)
         for j in range(256):  # input by input: the inner loops run along contiguous rows
             acc[j] = 0
             acc_slow[j] = 0
         for i in range(n_in):
-            w, w_slow = weights[i], weights_slow[i]
+            w, w_slow = np.int64(weights[i]), np.int64(weights_slow[i])
             for j in range(256):
-                acc[j] += w * E[b, i, j]
-                acc_slow[j] += w_slow * E[b, i, j]
+                e = np.int64(E[b, i, j])
+                acc[j] += w * e
+                acc_slow[j] += w_slow * e
         for j in range(256):
             z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
             z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
@@ -365,17 +373,22 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_gradients(E, freqs, y, lo, hi, G):
-    """Rows lo ... hi - 1 of G (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy for one mixer, p
-    its own frequencies. Every lane's is its own (the weights do not enter it): `learn_parts`
-    computes them in runs of lanes side by side."""
+def mixer_gradients(E, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
+    """Rows lo ... hi - 1 of G_fast and G_slow (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy
+    for each mixer, p its own frequencies (int32, below 2^24; E int32: each product widens to int64).
+    Every lane's is its own (the weights do not enter it): `learn_parts` computes them in runs of
+    lanes side by side."""
     n_in = E.shape[1]
     for b in range(lo, hi):
         for i in range(n_in):
             acc = 0
+            acc_slow = 0
             for j in range(256):
-                acc += freqs[b, j] * E[b, i, j]
-            G[b, i] = (acc >> 24) - E[b, i, y[b]]
+                e = np.int64(E[b, i, j])
+                acc += np.int64(f_fast[b, j]) * e
+                acc_slow += np.int64(f_slow[b, j]) * e
+            G_fast[b, i] = (acc >> 24) - E[b, i, y[b]]
+            G_slow[b, i] = (acc_slow >> 24) - E[b, i, y[b]]
 
 
 @njit(cache=True)
@@ -422,8 +435,7 @@ def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start,
     """Both mixers' steps after byte y (`mixer_steps`), with their gradients."""
     G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
     G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
-    mixer_gradients(E, f_fast, y, 0, k, G_fast)
-    mixer_gradients(E, f_slow, y, 0, k, G_slow)
+    mixer_gradients(E, f_fast, f_slow, y, 0, k, G_fast, G_slow)
     mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
 
 
@@ -594,7 +606,7 @@ def shares(z, exp, out):
         total = exponentials(z[b], exp, e)
         inv = (np.int64(1) << 56) // total  # exp[0] = 2^32 <= total <= 2^40: 2^16 <= inv <= 2^24
         for j in range(256):
-            out[b, j] = (e[j] * inv) >> 32
+            out[b, j] = (e[j] * inv) >> 32  # below 2^24: out may be int32
 
 
 @njit(cache=True)
@@ -634,8 +646,7 @@ def learn_parts(
     G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
     G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
     for p in prange(parts):
-        mixer_gradients(E, f_fast, y, p * k // parts, (p + 1) * k // parts, G_fast)
-        mixer_gradients(E, f_slow, y, p * k // parts, (p + 1) * k // parts, G_slow)
+        mixer_gradients(E, f_fast, f_slow, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
     for section in prange(2):
         if section == 0:
             mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
