@@ -12,6 +12,7 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import compress, decompress
+from dyncompress.settings import FAST_EXPERTS
 
 try:
     import pty
@@ -237,6 +238,7 @@ def test_fast_codes_without_a_network_and_refuses_what_contradicts_it(tmp_path):
     info = run_cli("info", tmp_path / "text.dc").stdout.decode()
     assert "network         none" in info and "model           none" in info and "lanes=7," in info, info
     assert "adaptation      none (no network)" in info, info
+    assert f"experts={FAST_EXPERTS}," in info and "apm" not in FAST_EXPERTS, info  # the APM halves its speed
     assert (tmp_path / "text.dc").stat().st_size < 0.9 * len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
     for args, says in (
         (["-9"], "a level of its own"),
