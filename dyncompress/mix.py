@@ -227,6 +227,9 @@ class Experts:
         self.K = len(sizes)
         # the tables that choose the highest context seen (not the record's and column's, which come last)
         self.n_seen = self.K - self.use_record - self.use_column
+        # `learn_parts` takes the first split_tables count tables beside the mixers' steps, the rest
+        # beside the APM's step and `advance`: all of them where the APM (the costliest) is there
+        self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
@@ -379,7 +382,7 @@ class Experts:
                 self.K > 0, used["rows"], used["tags"], self.counts, self.tags, self.recent, self.s.count_limit,
                 self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
                 self.word, self.match_table, self.s.table_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.use_record,
-                self.rec_at, self.rec, longest, self.use_column, self.lines,
+                self.rec_at, self.rec, longest, self.use_column, self.lines, self.split_tables,
             )  # fmt: skip
             return
         if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
@@ -391,7 +394,7 @@ class Experts:
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(
-                used["rows"], used["tags"], y, k, self.counts, self.tags, self.recent, self.s.count_limit
+                used["rows"], used["tags"], y, k, self.counts, self.tags, self.recent, self.s.count_limit, 0, self.K
             )
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,

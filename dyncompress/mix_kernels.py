@@ -440,13 +440,13 @@ def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start,
 
 
 @njit(cache=True)
-def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit):
-    """The count tables take byte y: a row whose tag differs starts afresh (the lowest lane's tag
-    wins), the lowest lane's byte is the row's recent one, counts add and a row past the limit is
-    halved (rounding up) once. A tag of -1 is no context: its row is left alone."""
-    K = rows.shape[1]
+def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, t_lo, t_hi):
+    """Count tables t_lo ... t_hi - 1 take byte y: a row whose tag differs starts afresh (the lowest
+    lane's tag wins), the lowest lane's byte is the row's recent one, counts add and a row past the
+    limit is halved (rounding up) once. A tag of -1 is no context: its row is left alone. Every
+    table's rows are its own, so tables can be taken in any grouping (`learn_parts`)."""
     for b in range(k):
-        for t in range(K):
+        for t in range(t_lo, t_hi):
             row = rows[b, t]
             claimed = False
             for a in range(b):
@@ -457,14 +457,14 @@ def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit):
                 counts[row, :] = 0
                 tags[row] = np.uint16(tagv[b, t])
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
-        for t in range(K):
+        for t in range(t_lo, t_hi):
             row = rows[b, t]
             if np.int64(tags[row]) == tagv[b, t]:
                 recent[row] = np.uint8(y[b])
-    full = np.empty(k * K, dtype=np.int64)
+    full = np.empty(k * (t_hi - t_lo), dtype=np.int64)
     n_full = 0
     for b in range(k):
-        for t in range(K):
+        for t in range(t_lo, t_hi):
             row = rows[b, t]
             if np.int64(tags[row]) != tagv[b, t]:
                 continue
@@ -636,13 +636,14 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
     W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max,
-    use_record, rec_at, rec, longest, use_column, lines,
+    use_record, rec_at, rec, longest, use_column, lines, split_tables,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
-    mixers' steps and the count tables in one, the APM's step and `advance` in the other. The two
-    touch disjoint memory (the APM reads the last bytes before `advance` moves them on, in its own
-    section), and each kernel runs as it does alone: the same state for any split. Before them, the
-    mixers' gradients, every lane's its own, in `parts` runs of lanes."""
+    mixers' steps and the first `split_tables` count tables in one; the APM's step, the other count
+    tables and `advance` in the other. They touch disjoint memory (every count table its own rows;
+    the APM reads the last bytes before `advance` moves them on, in its own section), and each
+    kernel runs as it does alone: the same state for any split. Before them, the mixers'
+    gradients, every lane's its own, in `parts` runs of lanes."""
     G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
     G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
     for p in prange(parts):
@@ -651,10 +652,12 @@ def learn_parts(
         if section == 0:
             mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
             if count_tables:
-                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit)
+                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, 0, split_tables)
         else:
             if use_apm:
                 apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
+            if count_tables:
+                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, split_tables, rows.shape[1])
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
                 match_check, match_max, use_record, rec_at, rec, longest, use_column, lines,

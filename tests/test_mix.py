@@ -26,7 +26,15 @@ from dyncompress.mix import (
 )
 from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.predictor import NoNetwork
-from dyncompress.settings import DEFAULT_PRIOR, EXPERTS, AdaptSettings, MixSettings, Settings, make_settings
+from dyncompress.settings import (
+    DEFAULT_PRIOR,
+    EXPERTS,
+    FAST_EXPERTS,
+    AdaptSettings,
+    MixSettings,
+    Settings,
+    make_settings,
+)
 
 ALL = ",".join(EXPERTS)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
@@ -71,12 +79,15 @@ def test_the_compiled_frequencies_are_the_exact_ones():
     assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
-def test_mixing_split_over_threads_changes_nothing():
+@pytest.mark.parametrize("experts", [ALL, FAST_EXPERTS], ids=["every expert", "no apm"])
+def test_mixing_split_over_threads_changes_nothing(experts):
     """`mix_parts` (runs of lanes side by side on threads, `split`) gives the serial mix's
     frequencies, logits and evidence at every step, and the same state after, on real text in
-    5 lanes split into 2 and into 3 runs, every expert on."""
+    5 lanes split into 2 and into 3 runs: every expert on, and without the APM (`learn_parts` then
+    takes half the count tables beside the mixers' steps, half beside `advance`)."""
     text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
-    runs = [Experts(MixSettings(experts=ALL, table_bits=12), 5) for _ in range(3)]
+    runs = [Experts(MixSettings(experts=experts, table_bits=12), 5) for _ in range(3)]
+    assert 0 < runs[0].split_tables <= runs[0].K and (runs[0].split_tables < runs[0].K) == ("apm" not in experts)
     split_started()
     runs[1].parts, runs[2].parts = 2, 3
     rng = np.random.default_rng(9)
