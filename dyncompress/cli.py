@@ -425,7 +425,7 @@ MODEL_HELP = (
     "--fast",
     is_flag=True,
     help="No network: the byte statistics and their mixer alone, 6 to 7 times the default level's speed "
-    "(130-150 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
+    "(120-160 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
 )
 @knob(
     "--rule",
