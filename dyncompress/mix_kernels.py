@@ -154,6 +154,7 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
     for j in range(256):
         excl[j] = False
         p[j] = 0
+    words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
     left = np.int64(1) << PPM_BITS
     for t in range(n_orders - 1, -1, -1):
         row = rows[b, t]
@@ -161,34 +162,38 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
             continue
         n = 0
         d = 0
-        for j in range(256):  # without branches: the loop vectorises
-            c = np.int64(counts[row, j]) * np.int64(not excl[j])
-            n += c
-            d += np.int64(c != 0)
+        for w in range(32):  # eight counts at a time, skipping the words of zeros (most)
+            if words[row, w] == 0:
+                continue
+            for j in range(8 * w, 8 * w + 8):
+                c = np.int64(counts[row, j]) * np.int64(not excl[j])
+                n += c
+                d += np.int64(c != 0)
         if n == 0:
             continue
         den = n + d
         inv = 1.0 / np.float64(den)
-        for j in range(256):  # without branches: p_j is 0 where c is, and floor_div(0, ...) is 0
-            c = np.int64(counts[row, j]) * np.int64(not excl[j])
-            p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
-            excl[j] = excl[j] or c != 0
+        for w in range(32):
+            if words[row, w] == 0:
+                continue
+            for j in range(8 * w, 8 * w + 8):  # p_j is 0 where c is, and floor_div(0, ...) is 0
+                c = np.int64(counts[row, j]) * np.int64(not excl[j])
+                p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
+                excl[j] = excl[j] or c != 0
         left = left * d // den
     unseen = 0
     for j in range(256):
-        if not excl[j]:
-            unseen += 1
+        unseen += np.int64(not excl[j])
     rest = ppm_log(left // unseen if unseen else 0, ln_mant, ln2, floor)
-    fv = np.empty(256, dtype=np.float64)
-    for j in range(256):
-        fv[j] = np.float64(p[j])  # exact (below 2^53)
-    bits = fv.view(np.int64)
-    for j in range(256):
-        v = p[j]
-        l = (bits[j] >> 52) - 1023  # floor(log2 v): the exponent of v, exact
-        m = (bits[j] >> 40) & 4095  # the 12 bits after v's leading one (zeros below 2^12)
-        got = max(ln_mant[m] + (l - PPM_BITS) * ln2, floor)
-        out[j] = (got if v > 0 else floor) if excl[j] else rest
+    for j in range(256):  # the bytes no context saw, then those seen
+        out[j] = rest
+    seen = excl.view(np.uint64)  # (32,): eight flags in a word
+    for w in range(32):
+        if seen[w] == 0:
+            continue
+        for j in range(8 * w, 8 * w + 8):
+            if excl[j]:
+                out[j] = ppm_log(p[j], ln_mant, ln2, floor)
 
 
 @njit(cache=True)
@@ -209,6 +214,7 @@ def mix_step(
     those of z refined by `apm_refine`."""
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
+    words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
     weights = np.empty(n_in, dtype=np.int32)
     weights_slow = np.empty(n_in, dtype=np.int32)
     acc = np.empty(256, dtype=np.int64)
@@ -231,12 +237,18 @@ def mix_step(
                 known = np.int64(tags[row]) == tagv[b, t]
                 total = 0
                 nonzero = 0
-                for j in range(256):
-                    c = np.int64(counts[row, j]) if known else 0
-                    E[b, 1 + t, j] = logt[c]
-                    total += c
-                    if c:
-                        nonzero += 1
+                l0 = logt[0]
+                for j in range(256):  # an unseen byte's evidence first, then the bytes seen
+                    E[b, 1 + t, j] = l0
+                if known:
+                    for w in range(32):  # eight counts at a time: most rows hold a few
+                        if words[row, w] == 0:
+                            continue
+                        for j in range(8 * w, 8 * w + 8):
+                            c = np.int64(counts[row, j])
+                            E[b, 1 + t, j] = logt[c]
+                            total += c
+                            nonzero += np.int64(c != 0)
                 if total > 0 and t < n_seen:  # the highest context seen so far (tables come in rising order)
                     order_seen = t + 1
                     top_total = total
