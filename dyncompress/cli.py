@@ -424,8 +424,8 @@ MODEL_HELP = (
 @click.option(
     "--fast",
     is_flag=True,
-    help="No network: the byte statistics and their mixer alone, 6 to 7 times the default level's speed "
-    "(120-160 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
+    help="No network: the byte statistics and their mixer alone, about 7 times the default level's speed "
+    "(130-170 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
 )
 @knob(
     "--rule",
@@ -507,7 +507,7 @@ def encode(
 
     A small input gets fewer lanes (one per 32 kB). With --online the level
     picks the network's size instead. --fast codes without a network: the
-    byte statistics and their mixer alone, 6 to 7 times faster.
+    byte statistics and their mixer alone, about 7 times faster.
     """
     with loading():
         from .api import Compressor, resolve_model
