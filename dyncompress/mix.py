@@ -328,16 +328,19 @@ class Experts:
 
     def prepare(self) -> None:
         """This step's count contexts (rows and tags, from the state after the last byte), and a
-        read of every cache line of their rows, all lanes at once (`touch_rows`), so that their
-        misses overlap each other and, called before the network's step, that step's work. `mix`
-        prepares itself where this was not called."""
+        read of every cache line of their rows, all lanes at once (`touch_rows`; split, every run of
+        lanes on the thread that will mix it, `touch_parts`), so that their misses overlap each
+        other. `mix` prepares itself where this was not called."""
         if self.K:
             kernels.context_rows(
                 self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
                 self.hb, self.pos, self.rec, self.use_column, self.lines,
             )  # fmt: skip
-            kernels.touch_rows(self.counts, self.tags, self._rows)
+            if self.parts > 1:
+                kernels.touch_parts(self.parts, self.counts, self.tags, self._rows)
+            else:
+                kernels.touch_rows(self.counts, self.tags, self._rows, 0, self.B)
         self._ready = True
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
