@@ -416,41 +416,40 @@ def mixer_gradients(E, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
 
 
 @njit(cache=True)
-def mixer_step(G, sets, k, W, rate, w_bound):
-    """One mixer's step after byte y from its gradients G (`mixer_gradients`): every chosen row -=
-    rate * g, lane after lane (lanes may share rows), each row at its rate (k, S); then the rows
-    are held within +-w_bound."""
+def mixer_step(G, sets, k, W, rate, w_bound, s_lo, s_hi):
+    """One mixer's step after byte y from its gradients G (`mixer_gradients`), in the weight sets
+    s_lo ... s_hi - 1: every chosen row -= rate * g, lane after lane (lanes may share rows), each
+    row at its rate (k, S); then the rows are held within +-w_bound. Every set has its own rows."""
     n_in = G.shape[1]
-    S = sets.shape[1]
     for b in range(k):
-        for s in range(S):
+        for s in range(s_lo, s_hi):
             row = sets[b, s]
             for i in range(n_in):
                 W[row, i] -= (G[b, i] * rate[b, s] + (1 << 15)) >> 16
     for b in range(k):
-        for s in range(S):
+        for s in range(s_lo, s_hi):
             row = sets[b, s]
             for i in range(n_in):
                 W[row, i] = min(max(W[row, i], -w_bound), w_bound)
 
 
 @njit(cache=True)
-def mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
-    """Both mixers' steps from their gradients, each chosen row at its own rate from the steps it had
-    taken before this one: max(lr, lr_start / (settle + steps)) for W, half that (each term halved,
-    floored) for W_slow."""
-    S = sets.shape[1]
-    rate = np.empty((k, S), dtype=np.int64)
+def mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, s_lo, s_hi):
+    """Both mixers' steps from their gradients in the weight sets s_lo ... s_hi - 1, each chosen row
+    at its own rate from the steps it had taken before this one: max(lr, lr_start / (settle +
+    steps)) for W, half that (each term halved, floored) for W_slow. Every set's rows (and their
+    step counts) are its own, so the sets can be stepped in any grouping (`learn_parts`)."""
+    rate = np.empty(sets.shape, dtype=np.int64)
     for b in range(k):
-        for s in range(S):
+        for s in range(s_lo, s_hi):
             rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
-    mixer_step(G_fast, sets, k, W, rate, w_bound)
+    mixer_step(G_fast, sets, k, W, rate, w_bound, s_lo, s_hi)
     for b in range(k):
-        for s in range(S):
+        for s in range(s_lo, s_hi):
             rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
-    mixer_step(G_slow, sets, k, W_slow, rate, w_bound)
+    mixer_step(G_slow, sets, k, W_slow, rate, w_bound, s_lo, s_hi)
     for b in range(k):
-        for s in range(S):
+        for s in range(s_lo, s_hi):
             updates[sets[b, s]] += 1
 
 
@@ -460,7 +459,7 @@ def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start,
     G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
     G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
     mixer_gradients(E, f_fast, f_slow, y, 0, k, G_fast, G_slow)
-    mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
+    mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, sets.shape[1])
 
 
 @njit(cache=True)
@@ -660,21 +659,22 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
     W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max,
-    use_record, rec_at, rec, longest, use_column, lines, split_tables,
+    use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
-    mixers' steps and the first `split_tables` count tables in one; the APM's step, the other count
-    tables and `advance` in the other. They touch disjoint memory (every count table its own rows;
-    the APM reads the last bytes before `advance` moves them on, in its own section), and each
-    kernel runs as it does alone: the same state for any split. Before them, the mixers'
-    gradients, every lane's its own, in `parts` runs of lanes."""
+    mixers' steps in the first `split_sets` weight sets and the first `split_tables` count tables
+    in one; the APM's step, the other sets and tables and `advance` in the other. They touch
+    disjoint memory (every weight set and count table its own rows; the APM reads the last bytes
+    before `advance` moves them on, in its own section), and each kernel runs as it does alone: the
+    same state for any split. Before them, the mixers' gradients, every lane's its own, in `parts`
+    runs of lanes."""
     G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
     G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
     for p in prange(parts):
         mixer_gradients(E, f_fast, f_slow, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
     for section in prange(2):
         if section == 0:
-            mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound)
+            mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)
             if count_tables:
                 count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, 0, split_tables)
         else:
@@ -682,6 +682,9 @@ def learn_parts(
                 apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
             if count_tables:
                 count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, split_tables, rows.shape[1])
+            mixer_steps(
+                G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, sets.shape[1]
+            )
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
                 match_check, match_max, use_record, rec_at, rec, longest, use_column, lines,

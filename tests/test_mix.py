@@ -84,10 +84,11 @@ def test_mixing_split_over_threads_changes_nothing(experts):
     """`mix_parts` (runs of lanes side by side on threads, `split`) gives the serial mix's
     frequencies, logits and evidence at every step, and the same state after, on real text in
     5 lanes split into 2 and into 3 runs: every expert on, and without the APM (`learn_parts` then
-    takes half the count tables beside the mixers' steps, half beside `advance`)."""
+    takes half the count tables and half the mixers' weight sets beside `advance`)."""
     text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
     runs = [Experts(MixSettings(experts=experts, table_bits=12), 5) for _ in range(3)]
-    assert 0 < runs[0].split_tables <= runs[0].K and (runs[0].split_tables < runs[0].K) == ("apm" not in experts)
+    split = runs[0].split_tables < runs[0].K and runs[0].split_sets < runs[0]._sets.shape[1]
+    assert runs[0].split_tables > 0 and runs[0].split_sets > 0 and split == ("apm" not in experts)
     split_started()
     runs[1].parts, runs[2].parts = 2, 3
     rng = np.random.default_rng(9)
