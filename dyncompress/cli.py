@@ -425,7 +425,7 @@ MODEL_HELP = (
     "--fast",
     is_flag=True,
     help="No network: the byte statistics and their mixer alone, about 7 times the default level's speed "
-    "(150-180 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
+    "(130-190 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
 )
 @knob(
     "--rule",
