@@ -227,14 +227,6 @@ class Experts:
         self.K = len(sizes)
         # the tables that choose the highest context seen (not the record's and column's, which come last)
         self.n_seen = self.K - self.use_record - self.use_column
-        # `learn_parts` takes the first split_tables count tables beside the mixers' steps, the rest
-        # beside the APM's step and `advance`: all of them where the APM (the costliest) is there
-        self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
-        # and the mixers' steps in the first split_sets weight sets beside the first tables, the rest
-        # beside the others: without the APM, the three small sets there and the hashed ones here
-        # (--fast on the enwik8 slice: 194 ... 196 kB/s, against 187 ... 191 with 4 there and 187
-        # with all six)
-        self.split_sets = 3 + len(HASHED_SETS) if self.use_apm else 3
         self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
@@ -255,6 +247,13 @@ class Experts:
         sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in HASHED_SETS]
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))
+        # `learn_parts` steps the first split_sets weight sets and updates the first split_tables count
+        # tables in one section, the rest beside `advance` (and the APM's step) in the other. With the
+        # APM (the costliest) all of them go to the first; without it, half the tables, and the small
+        # sets there, the hashed ones here (--fast on the enwik8 slice: 194 ... 196 kB/s, against
+        # 187 ... 191 with the first hashed set there too and 187 with all six)
+        self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
+        self.split_sets = len(sizes) if self.use_apm else len(sizes) - len(HASHED_SETS)
         self.w0 = np.zeros((self.n_sets, self.n_in), dtype=np.int64)
         self.w0[:n_a, 0] = 1 << 16
         self.w0[:n_a, 1 : 1 + self.K] = (1 << 16) // 4
@@ -272,7 +271,7 @@ class Experts:
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
         self._E = np.zeros((B, self.n_in, 256), dtype=np.int32)  # |e| <= 2^17: half the bytes to stream
-        self._sets = np.zeros((B, 3 + len(HASHED_SETS)), dtype=np.int64)
+        self._sets = np.zeros((B, len(self.set_base)), dtype=np.int64)
         self._rows = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._tags = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._f0 = np.zeros((B, 256), dtype=np.int64)  # the mixer's own frequencies (before the APM)

@@ -227,6 +227,7 @@ def mix_step(
     n_in = E.shape[1]
     n_count_edges = count_edges.shape[0]
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
+    unseen = logt[0]  # a count of 0's evidence
     weights = np.empty(n_in, dtype=np.int32)
     weights_slow = np.empty(n_in, dtype=np.int32)
     acc = np.empty(256, dtype=np.int64)
@@ -249,9 +250,8 @@ def mix_step(
                 known = np.int64(tags[row]) == tagv[b, t]
                 total = 0
                 nonzero = 0
-                l0 = logt[0]
                 for j in range(256):  # an unseen byte's evidence first, then the bytes seen
-                    E[b, 1 + t, j] = l0
+                    E[b, 1 + t, j] = unseen
                 if known:
                     for w in range(32):  # eight counts at a time: most rows hold a few
                         if words[row, w] == 0:
@@ -296,7 +296,7 @@ def mix_step(
             for s in range(sets.shape[1]):
                 w += W[sets[b, s], i]
                 w_slow += W_slow[sets[b, s], i]
-            weights[i] = np.int32(w)  # |w| <= 6 W_BOUND < 2^31
+            weights[i] = np.int32(w)  # rows within +-W_BOUND (`mixer_step`; the starting ones far less): |w| < 2^31
             weights_slow[i] = np.int32(w_slow)
         for j in range(256):  # input by input: the inner loops run along contiguous rows
             acc[j] = 0
@@ -680,11 +680,11 @@ def learn_parts(
         else:
             if use_apm:
                 apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
-            if count_tables:
+            if count_tables and split_tables < rows.shape[1]:
                 count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, split_tables, rows.shape[1])
-            mixer_steps(
-                G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, sets.shape[1]
-            )
+            if split_sets < sets.shape[1]:
+                S = sets.shape[1]
+                mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S)
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
                 match_check, match_max, use_record, rec_at, rec, longest, use_column, lines,
