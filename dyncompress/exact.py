@@ -382,8 +382,16 @@ class ExactMLSTM(CarriedState):
             self.np_t32 = dict(zip(self.w_t32, _arrays(*self.w_t32.values()), strict=True))
             self.np_b32 = dict(zip(self.wb32, _arrays(*self.wb32.values()), strict=True))
             self.np_F = self.F.numpy()
-        # without side weights the step runs as one compiled call on numpy arrays (`step_array`)
-        self.fast = self.compiled and not self.k and not self.lora_on
+        # LoRA on W_out alone leaves the network's step as it is and adds round(h A) B to its logits,
+        # and its factors' gradients need d/dlogits alone (no pass back through the steps)
+        self.out_lora = self.compiled and not self.k and self.lora_on == ("w_out",)
+        # without side weights, or with LoRA on W_out alone (its term in the same kernel), the step
+        # runs as one compiled call on numpy arrays (`step_array`)
+        self.fast = self.compiled and not self.k and (not self.lora_on or self.out_lora)
+        # the LoRA factors transposed for the step's kernel (`refresh_side`); none: no rows
+        self.lora_t = [np.zeros((r, H)), np.zeros((ALPHABET, r))] if self.out_lora else [np.zeros((0, H))] * 2
+        self.np_LP = self.LP["w_out"].numpy() if self.out_lora else np.zeros((n, B, 0))
+        self.np_LQ = self.LQ["w_out"].numpy() if self.out_lora else None
         self.parts = 1  # runs of lanes the fast step and backward are split into, one per thread (`split`)
         self.refresh()
 
@@ -423,9 +431,14 @@ class ExactMLSTM(CarriedState):
         if len(self.side_master):
             rounded(self.side_master, FW, self.side_f)
             rounded(self.side_master, FB, self.side_b)
+        if self.out_lora:
+            a_t, b_t = self.lora_t
+            np.copyto(a_t, self.sf["w_out.A"].numpy().T)
+            np.copyto(b_t, self.sf["w_out.B"].numpy().T)
 
     def step_array(self, inputs: np.ndarray, t: int) -> np.ndarray:
-        """`step` on numpy arrays where `fast` (on the CPU, no side weights): one compiled call."""
+        """`step` on numpy arrays where `fast` (on the CPU; no side weights, or LoRA on W_out alone): one
+        compiled call."""
         x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
         table_in, gate_in, gz, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
         logits = np.empty((len(x), ALPHABET))
@@ -433,6 +446,7 @@ class ExactMLSTM(CarriedState):
         kernel(
             *parts, inputs, x, table_in, gate_in, h0, hm, exm, m, gz, lo, hi, table, c0, gates, c1, tc, h1, w_mh, w_m,
             w_out, b_out, logits, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A,
+            *self.lora_t, self.np_LP[t], P_MAX,
         )  # fmt: skip
         return logits
 
@@ -515,6 +529,14 @@ class ExactMLSTM(CarriedState):
         """
         wb, H = self.wb, self.H
         B = targets.shape[1]
+        if self.out_lora:  # d/dlogits and dl B^T in one compiled call, then the factors' gradients
+            dl = torch.empty(T, B, ALPHABET, dtype=torch.float64)
+            step_kernels.backward_out_lora(
+                self.np_F[:T], targets.numpy(), mask.numpy(), weighted, self.sb["w_out.B"].numpy(), dl.numpy(),
+                self.np_LQ[:T], float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), GRAD_MAX,
+            )  # fmt: skip
+            self._weight_gradients(T, dl, None, None, None)
+            return
         if self.fast:  # all of it but the weights' gradients in one compiled call (`step_kernels.backward`)
             dl, dZ, dM, dMX = (torch.empty(T, B, n, dtype=torch.float64) for n in (ALPHABET, 4 * H, H, H))
             dH, dcfd, K = np.empty((T, B, H)), np.empty((T, B, H)), np.empty((T, B, 4 * H))

@@ -1,8 +1,8 @@
 """The exact network's step and backward on the CPU (`exact.ExactMLSTM`), compiled by numba: the
 whole step without side weights in one call (`forward`: the bytes in, the three matmuls, the gates
-and the cell, the logits out), the whole backward but the weights' gradients in another
-(`backward`), and the kernels they are made of, which the step with side weights (sparse, LoRA)
-calls one by one. Every matmul is a dot product along the rows of a float32 copy of the weights
+and the cell, the logits out; LoRA's term on W_out too), the whole backward but the weights'
+gradients in another (`backward`; with LoRA on W_out alone, `backward_out_lora`), and the kernels
+they are made of, which the step with other side weights (sparse, LoRA elsewhere) calls one by one. Every matmul is a dot product along the rows of a float32 copy of the weights
 (`matmul_nt`; the forward's matrices are stored transposed for it), refreshed after each change of
 the weights (`round_weights`, `matrix_copies`). Before, some twenty torch calls a step each cost
 more in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls at a few rows ran
@@ -60,11 +60,14 @@ def cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, t
 @njit(cache=True)
 def forward(
     given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t, w_m_t,
-    w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+    w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t, lora_b_t,
+    lora_p, p_bound,
 ):  # fmt: skip
-    """The whole step without side weights (`exact.ExactMLSTM.step_array`), in one call: x = given
-    (the bytes), hm = h0 W_mh, `mult_gates_in`, gz += 2^-2 m W_m, `cell`, and the logits
-    a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`)."""
+    """The whole step without side weights but LoRA on W_out (`exact.ExactMLSTM.step_array`), in one
+    call: x = given (the bytes), hm = h0 W_mh, `mult_gates_in`, gz += 2^-2 m W_m, `cell`, and the
+    logits a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`); with LoRA factors A, B
+    (given transposed; none: zero rows), lora_p = clamp(round(h1 A), +-p_bound) and the logits
+    gain lora_p B."""
     for b in range(x.shape[0]):
         x[b] = given[b]
     matmul_nt(h0, w_mh_t, hm, 1.0, False)
@@ -75,12 +78,19 @@ def forward(
         for j in range(logits.shape[1]):
             logits[b, j] = a_scale * b_out[j]
     matmul_nt(h1, w_out_t, logits, 1.0, True)
+    if lora_a_t.shape[0]:
+        matmul_nt(h1, lora_a_t, lora_p, 1.0, False)
+        for b in range(lora_p.shape[0]):
+            for i in range(lora_p.shape[1]):
+                lora_p[b, i] = min(max(np.rint(lora_p[b, i]), -p_bound), p_bound)
+        matmul_nt(lora_p, lora_b_t, logits, 1.0, True)
 
 
 @njit(cache=True, parallel=True)
 def forward_parts(
     parts, given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t,
-    w_m_t, w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+    w_m_t, w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t,
+    lora_b_t, lora_p, p_bound,
 ):  # fmt: skip
     """`forward` with the lanes cut into `parts` runs of lanes, one per thread (`split`): every
     lane's step is its own, so the bits are the same for any cut."""
@@ -90,7 +100,8 @@ def forward_parts(
         forward(
             given[lo:hi], x[lo:hi], inputs, gate_in, h0[lo:hi], hm[lo:hi], exm[lo:hi], m[lo:hi], gz[lo:hi], gate_lo,
             gate_hi, table, c0[lo:hi], gates[lo:hi], c1[lo:hi], tc[lo:hi], h1[lo:hi], w_mh_t, w_m_t, w_out_t, b_out,
-            logits[lo:hi], m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale,
+            logits[lo:hi], m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t, lora_b_t,
+            lora_p[lo:hi], p_bound,
         )  # fmt: skip
 
 
@@ -133,6 +144,32 @@ def grad_carry(dh_next, dc, f_t, dc_next):
             dc_next[b, j] = np.rint(dc[b, j] * f_t[b, j])
 
 
+@njit(cache=True, inline="always")
+def dlogits(F, y, mask, weighted, freq_total, dl_scale, dl, t, b):
+    """d/dlogits at step t of lane b: round((F - [j = y] freq_total) dl_scale) times the mask (a
+    lane's TLM weight, a multiple of 2^-8), rounded again if `weighted`."""
+    w = mask[t, b]
+    for j in range(dl.shape[2]):
+        d = np.rint((F[t, b, j] - (freq_total if j == y[t, b] else 0.0)) * dl_scale) * w
+        dl[t, b, j] = np.rint(d) if weighted else d
+
+
+@njit(cache=True)
+def backward_out_lora(F, y, mask, weighted, lora_b, dl, q, freq_total, dl_scale, g_bound):
+    """The backward with LoRA on W_out alone (`exact.ExactMLSTM.backward`): dl (T, B, 256) as
+    `backward` makes it, and q = clamp(round(dl B^T), +-g_bound) (T, B, r) for A's gradient
+    (lora_b: B (r, 256), the rows `matmul_nt` reads). Nothing before W_out adapts, so nothing
+    goes back through the steps."""
+    T, B, _ = dl.shape
+    for t in range(T):
+        for b in range(B):
+            dlogits(F, y, mask, weighted, freq_total, dl_scale, dl, t, b)
+        matmul_nt(dl[t], lora_b, q[t], 1.0, False)
+        for b in range(B):
+            for i in range(q.shape[2]):
+                q[t, b, i] = min(max(np.rint(q[t, b, i]), -g_bound), g_bound)
+
+
 @njit(cache=True)
 def backward(
     F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale, fa,
@@ -152,10 +189,7 @@ def backward(
     aa = fa * fa
     for t in range(T):
         for b in range(lo, hi):
-            w = mask[t, b]
-            for j in range(V):
-                d = np.rint((F[t, b, j] - (freq_total if j == y[t, b] else 0.0)) * dl_scale) * w
-                dl[t, b, j] = np.rint(d) if weighted else d
+            dlogits(F, y, mask, weighted, freq_total, dl_scale, dl, t, b)
             for j in range(H):
                 i_, f_, o_, u_ = Z[t, b, j], Z[t, b, H + j], Z[t, b, 2 * H + j], Z[t, b, 3 * H + j]
                 tc, c = TC[t, b, j], CS[t, b, j]

@@ -237,6 +237,46 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     assert torch.equal(compiled.grad, calls.grad)
 
 
+@pytest.mark.parametrize("lanes,parts,rank", [(4, 1, 8), (3, 1, 4), (8, 2, 16), (5, 3, 8)])
+def test_lora_on_w_out_alone_runs_compiled_as_the_torch_calls(lanes, parts, rank):
+    """LoRA on W_out alone takes the compiled step (its term inside `step_kernels.forward`) and a
+    backward without the pass through the steps (`backward_out_lora`): the same logits, factors'
+    products and gradients as the torch calls, with factors far from their start (B is zero there),
+    the lanes whole or split into runs on threads, the mask whole, ragged and TLM-weighted."""
+    steps = 24
+    master = to_master(init_params(SHAPE, 3))
+    compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps, lora=rank, lora_on=("w_out",), seed=4)
+    if parts > 1:
+        split_started()
+    compiled.parts = parts
+    calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, lora=rank, lora_on=("w_out",), seed=4, compiled=False)
+    assert compiled.fast and compiled.out_lora and not calls.fast
+    rng = np.random.default_rng(8)  # A as seeded; B moved off zero (in units 2^-32, values up to 0.5)
+    side = torch.from_numpy(np.round(rng.normal(size=compiled.side_master.shape) * 2.0**29))
+    for net in (compiled, calls):
+        net.side_master.copy_(side)
+        net.refresh_side()
+    tokens = _tokens(lanes, steps)
+    prev = torch.zeros(lanes, dtype=torch.long)
+    for t in range(steps):
+        logits = compiled.step(prev, t)
+        assert torch.equal(logits, calls.step(prev, t)), t
+        freqs = torch.from_numpy(frequencies(logits.numpy()))
+        compiled.record(t, freqs)
+        calls.record(t, freqs)
+        prev = tokens[t]
+    assert torch.equal(compiled.LP["w_out"], calls.LP["w_out"]) and compiled.LP["w_out"].abs().sum() > 0
+    mask = torch.ones(steps, lanes, dtype=torch.float64)
+    mask[-3:, 1:] = 0  # a ragged end
+    for weighted in (False, True):
+        if weighted:
+            mask[:, 0] = 0.5 + 1 / 256  # TLM: a lane's weight, the products rounded
+        compiled.backward(steps, tokens, mask, weighted=weighted)
+        calls.backward(steps, tokens, mask, weighted=weighted)
+        assert torch.equal(compiled.LQ["w_out"], calls.LQ["w_out"])
+        assert torch.equal(compiled.side_grad, calls.side_grad) and compiled.side_grad.abs().sum() > 0
+
+
 def _adapter(rule, **kw):
     theta = init_params(SHAPE, 1) * 0.5
     master = to_master(theta)
