@@ -2,9 +2,10 @@
 whole step without side weights in one call (`forward`: the bytes in, the three matmuls, the gates
 and the cell, the logits out; LoRA's term on W_out too), the whole backward but the weights'
 gradients in another (`backward`; with LoRA on W_out alone, `backward_out_lora`), and the kernels
-they are made of, which the step with other side weights (sparse, LoRA elsewhere) calls one by one. Every matmul is a dot product along the rows of a float32 copy of the weights
-(`matmul_nt`; the forward's matrices are stored transposed for it), refreshed after each change of
-the weights (`round_weights`, `matrix_copies`). Before, some twenty torch calls a step each cost
+they are made of, which the step with other side weights (sparse, LoRA elsewhere) calls one by
+one. Every matmul is a dot product along the rows of a float32 copy of the weights (`matmul_nt`;
+the forward's matrices are stored transposed for it), refreshed after each change of the weights
+(`round_weights`, `matrix_copies`). Before, some twenty torch calls a step each cost
 more in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls at a few rows ran
 at about half the machine's rate.
 
