@@ -284,21 +284,26 @@ LEVELS: dict[int, dict] = {
 DEFAULT_LEVEL = 6
 
 # Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
-# only); -3 ... -9 adapt, with fewer lanes (more gradient steps per lane, and the shared statistics
-# see each lane's text less interleaved) and fewer segments skipped by TLM's relative threshold as
-# the level rises. The measured front on enwik8 [3.0M, 3.5M) and alice29 (BENCHMARKS.md, issue 12,
-# third landing): fewer lanes with skipping beat more lanes without (8 lanes at 1.1 codes as small
-# as 16 lanes adapting on every segment, 1.4 times as fast).
+# only); -3 ... -9 adapt rank-32 LoRA factors on W_out alone (OUT_LORA: no pass back through the
+# steps, so a segment's update costs little), with fewer lanes (more gradient steps per lane, a
+# longer history for each lane's match model) and shorter segments as the level rises. Measured on
+# 300 kB of enwik8 [2.5M, ...) (bits per byte, kB/s; BENCHMARKS.md, issue 12, 2026-12-04): 16 lanes
+# 1.8486 / 29.5 (segments of 64) and 1.8475 / 29.1 (32), 8 lanes 1.8395 / 24.8 and 1.8384 / 24.2,
+# 4 lanes 1.8225 / 17.7, 2 lanes 1.8018 / 11.2, 1 lane 1.7805 / 6.5. The levels before them adapted
+# the whole network, skipping segments by TLM: 8 lanes at 1.1 (then -6) 1.8434 / 20.9, at 1.0
+# 1.8406 / 17.6; 4 lanes at 1.0 1.8274 / 12.1, on every segment 1.8207 / 8.6; each is beaten by a
+# LoRA level on both counts. An explicit rule (--rule, eval's rows) adapts the whole network.
+OUT_LORA = dict(lora=32, lora_on="w_out")
 MODEL_LEVELS: dict[int, dict] = {
     1: dict(rule="static", lanes=32, segment_len=16),
     2: dict(rule="static", lanes=16, segment_len=16),
-    3: dict(lanes=8, tlm_relative=1.25),
-    4: dict(lanes=8, tlm_relative=1.2),
-    5: dict(lanes=8, tlm_relative=1.15),
-    6: dict(lanes=8, tlm_relative=1.1),
-    7: dict(lanes=8, tlm_relative=1.0),
-    8: dict(lanes=4, tlm_relative=1.0),
-    9: dict(lanes=4),
+    3: dict(OUT_LORA, lanes=16, segment_len=64),
+    4: dict(OUT_LORA, lanes=16, segment_len=32),
+    5: dict(OUT_LORA, lanes=8, segment_len=64),
+    6: dict(OUT_LORA, lanes=8, segment_len=32),
+    7: dict(OUT_LORA, lanes=4, segment_len=32),
+    8: dict(OUT_LORA, lanes=2, segment_len=32),
+    9: dict(OUT_LORA, lanes=1, segment_len=32),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
 # A rule's settings when the model records none for it (`tune -o` records them under
@@ -320,6 +325,10 @@ SPARSE_DEFAULTS = dict(lr=3e-4)
 # full rms-decay's gain (rank 64 at 5e-4: 96 %, rank 16 at 1e-3: 83 %, rank 4 at 3e-3: 66 %; 1e-2
 # diverged); with the experts mixed in rank 32 at 1e-3 matched full, and rank 4 did best at 1e-3 too.
 LORA_DEFAULTS = dict(lr=1e-3)
+# On W_out alone (the levels' OUT_LORA), in segments of 32, with the experts: 2.5e-3 (300 kB of enwik8
+# [2.5M, ...), alice29, 100 kB of book1: 69,116 / 32,367 / 26,278 bytes; 2e-3: 69,128 / 32,360 / 26,277;
+# 3e-3: 69,111 / 32,387 / 26,289; 5e-3: 69,203 / 33,001 / 26,400; rank 16 and 64 no better)
+LORA_OUT_DEFAULTS = dict(lr=2.5e-3)
 FROZEN_NEEDS_MODEL = "sparse and LoRA adaptation adapt a pretrained model; online mode learns the whole network"
 
 MIN_LANE_BYTES = 32 * 1024
@@ -408,19 +417,27 @@ def model_settings(
     device: str,
     rule: str | None = None,
     experts: str | None = None,
-    sparse: int = 0,
-    lora: int = 0,
+    sparse: int | None = None,
+    lora: int | None = None,
+    lora_on: str | None = None,
 ) -> Settings:
-    """Settings for coding with `model` at `level` (and `rule`, `experts`, if given): the model's
-    recorded defaults, those it records for the rule, then the level's changes; with experts mixed
-    in, the rule's rates scaled by `MIXED_FACTORS`, except those recorded for the rule by `tune -o`
-    (measured as they are)."""
+    """Settings for coding with `model` at `level` (and `rule`, `experts`, `sparse`, `lora`,
+    `lora_on`, if given): the model's recorded defaults, those it records for the rule, then the
+    level's changes; with experts mixed in, the rule's rates scaled by `MIXED_FACTORS`, except
+    those recorded for the rule by `tune -o` (measured as they are). A rule, sparse or LoRA asked
+    for replaces the level's LoRA factors (an explicit rule adapts the whole network)."""
     _check_level(level)
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
-    rule = rule or MODEL_LEVELS[level].get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
+    at_level = dict(MODEL_LEVELS[level])
+    if rule is not None or sparse is not None or lora is not None:  # (and the LoRA levels' segments)
+        for knob in (*OUT_LORA, "segment_len") if "lora" in at_level else ():
+            at_level.pop(knob)
+    elif "lora" in at_level:  # (a rank up to the model's hidden size)
+        at_level["lora"] = min(at_level["lora"], model.shape.hidden)
+    rule = rule or at_level.get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
     knobs: dict = {}
-    for layer in (MODEL_DEFAULTS, defaults, RULE_DEFAULTS.get(rule, {}), per_rule.get(rule, {}), MODEL_LEVELS[level]):
+    for layer in (MODEL_DEFAULTS, defaults, RULE_DEFAULTS.get(rule, {}), per_rule.get(rule, {}), at_level):
         knobs.update(one_tlm_threshold(layer))
     knobs["rule"] = rule
     if rule == "static":  # nothing to skip
@@ -428,12 +445,13 @@ def model_settings(
     tuned = per_rule.get(rule, {})  # what `tune -o` measured (with the experts it ran with): as it is
     if MixSettings(**({} if experts is None else {"experts": experts})).expert_names:
         for knob, factor in MIXED_FACTORS.get(rule, {}).items():
-            if knob not in tuned and knob not in MODEL_LEVELS[level]:
+            if knob not in tuned and knob not in at_level:
                 knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
     if sparse:
         knobs.update(SPARSE_DEFAULTS)
-    if lora:
-        knobs.update(LORA_DEFAULTS)
+    if lora or (lora is None and knobs.get("lora")):
+        on = lora_on or knobs.get("lora_on") or AdaptSettings.lora_on
+        knobs.update(LORA_OUT_DEFAULTS if on == OUT_LORA["lora_on"] else LORA_DEFAULTS)
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 
 
@@ -460,7 +478,7 @@ def make_settings(
     if settings is not None:
         base = settings
     elif model is not None:
-        wanted = (overrides.get("rule"), overrides.get("experts"), overrides.get("sparse", 0), overrides.get("lora", 0))
+        wanted = [overrides.get(k) for k in ("rule", "experts", "sparse", "lora", "lora_on")]
         base = model_settings(model, level or DEFAULT_LEVEL, device, *wanted)
     else:
         base = level_settings(level or DEFAULT_LEVEL, device)

@@ -21,7 +21,7 @@ from dyncompress.exact import (
     to_master,
 )
 from dyncompress.mlstm import MLSTMShape, init_params, unflatten
-from dyncompress.settings import make_settings
+from dyncompress.settings import MODEL_LEVELS, make_settings
 
 SHAPE = MLSTMShape(32)
 K = 16
@@ -151,6 +151,7 @@ VARIANTS = {
     "sparse-tlm": dict(sparse=8, tlm_bits=4.5),
     "lora": dict(lora=4),
     "lora-tlm": dict(lora=2, lora_on="w_m,w_out", tlm_bits=4.5),
+    "lora-out": dict(lora=4, lora_on="w_out"),  # the compiled step and backward (`ExactMLSTM.out_lora`)
 }
 
 
@@ -164,7 +165,9 @@ def test_each_variant_round_trips_across_blocks(tiny, name, level):
     data = corpus("grammar.lsp")[:1200]
     settings = make_settings(level=level, model=model, size_hint=len(data), threads=1, **variant)
     assert settings.adapt.rule == "rms-decay" and settings.adapt.sparse == variant.get("sparse", 0)
-    assert settings.adapt.lora == variant.get("lora", 0)
+    # TLM alone weights the level's adaptation: LoRA on W_out from -3 on (a rank up to the hidden size)
+    level_lora = 0 if "sparse" in variant else min(MODEL_LEVELS[level].get("lora", 0), model.shape.hidden)
+    assert settings.adapt.lora == variant.get("lora", level_lora)
     enc, dec = Codec(settings, model), Codec(settings, model)
     pieces = [data[:500], data[500:501], data[501:]]  # blocks of unequal size; state carries over
     payloads = [encode_block(enc, p) for p in pieces]
@@ -175,11 +178,14 @@ def test_each_variant_round_trips_across_blocks(tiny, name, level):
         assert key == key2 and torch.equal(a, b), key
 
 
-@pytest.mark.parametrize("threshold", [dict(tlm_bits=4.5), dict(tlm_relative=1.0)])
+@pytest.mark.parametrize(
+    "threshold", [dict(tlm_bits=4.5), dict(tlm_relative=1.0), dict(tlm_relative=1.0, rule="rms-decay")]
+)
 def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny, threshold):
-    """A segment cheaper than the threshold skips the backward pass: weights, sparse matrix and
-    the rule's statistics stay as they were; a dearer one takes a step. The relative threshold is
-    the running mean cost of the segments before (1/16 per segment; the first segment's own)."""
+    """A segment cheaper than the threshold skips the backward pass: weights, side weights (the
+    level's LoRA factors) and the rule's statistics stay as they were; a dearer one takes a step.
+    The relative threshold is the running mean cost of the segments before (1/16 per segment; the
+    first segment's own)."""
     _, model = tiny
     settings = make_settings(model=model, lanes=2, segment_len=8, threads=1, experts="", **threshold)
     pred = Codec(settings, model).predictor
@@ -204,12 +210,15 @@ def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny, threshold):
         if pred.skipped > was:
             skipped += 1
             assert mean_bits < limit + 1e-3
-            for k in ("theta", *(k for k in before if k.startswith("adapt."))):
+            for k in (k for k in before if k in ("theta", "side") or k.startswith("adapt.")):
                 assert torch.equal(after[k], before[k]), k
-        else:
+        else:  # the level's LoRA factors on W_out take the step, the network as trained; or, with a
+            # rule asked for, the whole network
             stepped += 1
             assert mean_bits > limit - 1e-3
-            assert not torch.equal(after["theta"], before["theta"])
+            moved, kept = ("theta", "side") if "rule" in threshold else ("side", "theta")
+            assert not torch.equal(after[moved], before[moved])
+            assert kept not in before or torch.equal(after[kept], before[kept])
     assert skipped > 5 and stepped > 5, (skipped, stepped)
 
 

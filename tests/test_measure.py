@@ -11,7 +11,7 @@ from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
 from dyncompress.measure import PEERS, Tally, bench_peer, confirm, measure, plot, row_settings, save_defaults, tune
 from dyncompress.model import load, save
-from dyncompress.settings import MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
+from dyncompress.settings import LORA_OUT_DEFAULTS, MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
 
@@ -71,11 +71,15 @@ def test_tuned_settings_become_the_rules_defaults(tiny, tmp_path):
     again = load(str(out))
     s = make_settings(model=again, rule="sgd", device="cpu")
     assert (s.adapt.rule, s.adapt.lr, s.segment_len) == ("sgd", 0.05, 4)
-    s = make_settings(model=again, device="cpu", experts="")  # the default rule: the model's own defaults
+    s = make_settings(model=again, device="cpu", experts="", rule="rms-decay")  # the model's own defaults
     assert (s.adapt.rule, s.adapt.lr, s.adapt.decay, s.segment_len) == ("rms-decay", 3e-3, 1e-3, 8)
-    s = make_settings(model=again, device="cpu")  # mixed with experts: the rates scaled for the mixture
+    s = make_settings(model=again, device="cpu", rule="rms-decay")  # with experts: the rates scaled for the mixture
     factors = MIXED_FACTORS["rms-decay"]
     assert (s.adapt.lr, s.adapt.decay) == pytest.approx((3e-3 * factors["lr"], 1e-3 * factors["decay"]))
+    s = make_settings(model=again, device="cpu")  # the level's LoRA on W_out: its own rate and segments
+    assert (s.adapt.rule, s.adapt.lora, s.adapt.lora_on) == ("rms-decay", 24, "w_out")  # (rank <= hidden 24)
+    assert (s.adapt.lr, s.segment_len) == (LORA_OUT_DEFAULTS["lr"], MODEL_LEVELS[6]["segment_len"])
+    assert s.adapt.decay == pytest.approx(1e-3 * factors["decay"])
     s = make_settings(model=model, rule="sgd", device="cpu")  # nothing recorded: the rule's fallback
     assert s.adapt.lr == RULE_DEFAULTS["sgd"]["lr"]
     assert make_settings(model=again, rule="sgd", lr=0.2, device="cpu").adapt.lr == 0.2  # explicit wins
@@ -84,8 +88,8 @@ def test_tuned_settings_become_the_rules_defaults(tiny, tmp_path):
 
 def test_one_tlm_threshold_replaces_the_other_form(tiny):
     """A model whose rule records an absolute TLM threshold (`tune -o --tlm-bits`) still codes at
-    the levels, whose relative threshold comes later and replaces it; an explicit option replaces
-    either; a static level skips nothing."""
+    the levels with it (none skips by itself); an explicit option of either form replaces it, and
+    a static level skips nothing."""
     _, model = tiny
     recorded = save_defaults(model, "rms-decay", {"tlm_bits": 2.0}, {"source": "test"})
 
@@ -93,9 +97,10 @@ def test_one_tlm_threshold_replaces_the_other_form(tiny):
         a = make_settings(model=recorded, device="cpu", **kw).adapt
         return a.tlm_bits, a.tlm_relative
 
-    assert thresholds() == (0.0, MODEL_LEVELS[6]["tlm_relative"])
-    assert thresholds(level=9) == (2.0, 0.0)  # a level without skipping: the recorded threshold
+    assert thresholds() == (2.0, 0.0)  # no level skips by itself: the recorded threshold
+    assert thresholds(level=9) == (2.0, 0.0)
     assert thresholds(level=2) == (0.0, 0.0)
+    assert thresholds(tlm_relative=1.1) == (0.0, 1.1)
     assert thresholds(tlm_bits=2.5) == (2.5, 0.0)
     assert thresholds(level=9, tlm_relative=1.05) == (0.0, 1.05)
     with pytest.raises(ValueError, match="choose one"):
