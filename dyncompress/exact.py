@@ -757,6 +757,17 @@ def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return q
 
 
+# The bias corrections' powers beta1^t and beta2^t are exact fractions, which grow by 53 bits a step
+# (at 20,000 segments a step cost 2 ms in them, and rising). Below these bounds they no longer change
+# a bit of the step, so they stop there (`ExactAdapter._next_powers`):
+# - beta2^t = p: int((1 - p) 2^60) is 2^60 - 1 for every 0 < p < 2^-60;
+# - beta1^t = p: floor(K / (1 - p)), with K = lr sqrt_c2 2^32 a multiple of 2^-1072 (lr a double,
+#   sqrt_c2 a multiple of 2^-30), is floor(K) for every 0 < p < 2^-1120 where K < 2^26 (K p / (1 - p)
+#   < 2^-1093 is less than K's distance to the next integer above, at least 2^-1072), and the step
+#   is capped at 2^26 - 1 where K is larger.
+POW_SETTLED = (Fraction(1, 1 << 1120), Fraction(1, 1 << 64))
+
+
 class ExactAdapter:
     """The update rules of `adapt.Adapter` on the master weights (float64 integers, units 2^-32),
     every step exact or a single IEEE operation (correctly rounded, hence the same everywhere).
@@ -838,8 +849,18 @@ class ExactAdapter:
             self.v = state["v"].clone()
             self.m = state["m"].clone() if "m" in state else None
             self.steps = int(state["step"])
-            self.b1_pow = Fraction(self.s.beta1) ** self.steps
-            self.b2_pow = Fraction(self.s.beta2) ** self.steps
+            for _ in range(self.steps):
+                self._next_powers()
+                if all(p == 0 or p < low for p, low in zip((self.b1_pow, self.b2_pow), POW_SETTLED, strict=True)):
+                    break  # (settled: no further step changes them)
+
+    def _next_powers(self) -> None:
+        """beta1^t and beta2^t one step on, exact, until each is settled (`POW_SETTLED`)."""
+        s = self.s
+        if not 0 < self.b1_pow < POW_SETTLED[0]:
+            self.b1_pow *= Fraction(s.beta1)
+        if not 0 < self.b2_pow < POW_SETTLED[1]:
+            self.b2_pow *= Fraction(s.beta2)
 
     @torch.no_grad()
     def update(self, grad: torch.Tensor, count: int, gain: int = 1) -> None:
@@ -935,20 +956,25 @@ class ExactAdapter:
         if self._rms is None:
             self._rms = torch.zeros_like(g)
         self.steps += 1
-        self.b1_pow *= Fraction(s.beta1)
-        self.b2_pow *= Fraction(s.beta2)
-        # Adam: step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t
-        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
-        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
-        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
-        lr = float(min(lr, (1 << 26) - 1))
-        eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
+        self._next_powers()
+        lr, eps = self._corrections()
         if self.compiled:
             m = self.m if self.m is not None else self.v[:1]
             arrays = _arrays(self.master, self.v, m, self._rms, g)
             kernels.stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
         else:
             self._stream_step_torch(torch.mul(g, c, out=self.work).round_(), lr, eps)
+
+    def _corrections(self) -> tuple[float, float]:
+        """The stream step's rate and epsilon with Adam's bias corrections at this step:
+        step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t (units 2^-32, 2^-28)."""
+        s = self.s
+        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
+        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
+        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
+        lr = float(min(lr, (1 << 26) - 1))
+        eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
+        return lr, eps
 
     def _stream_step_torch(self, gm: torch.Tensor, lr: float, eps: float) -> None:
         """`_stream_step` in torch's calls (any device), gm = round(g c)."""

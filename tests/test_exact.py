@@ -6,6 +6,7 @@ integers.
 """
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -322,6 +323,31 @@ def test_the_stream_rule_follows_rmsprop():
         ex.update(g.clone(), 256)
     moved_ref, moved_ex = ref - theta, master * 2.0**-exact.FM - theta
     assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
+
+
+@pytest.mark.parametrize("lr", [3e-3, 0.7, 1e-9])
+def test_the_bias_corrections_settle_without_changing_a_step(lr):
+    """Adam's bias corrections come from beta1^t and beta2^t as exact fractions, which stop being
+    multiplied once they no longer change a bit (`exact.POW_SETTLED`): every step's rate and epsilon
+    equal those of the powers carried exact all the way, the fractions stay small, and a state
+    loaded at step t has the powers of t steps."""
+    s, master, start = _adapter("rms", lr=lr, beta1=0.5, beta2=0.9, eps=1e-8)
+    ex = ExactAdapter(s, master, None, start)
+    ex.m = torch.zeros(1)  # (with momentum: c1 counts)
+    p1 = p2 = Fraction(1)
+    for t in range(1, 1400):  # beta2^t < 2^-64 from t = 422 on, beta1^t < 2^-1120 from t = 1121 on
+        ex.steps = t
+        ex._next_powers()
+        p1, p2 = p1 * Fraction(0.5), p2 * Fraction(0.9)
+        sqrt_c2 = Fraction(math.isqrt(int((1 - p2) * (1 << 60))), 1 << 30)
+        want_lr = float(min(math.floor(Fraction(lr) * sqrt_c2 / (1 - p1) * (1 << 32)), (1 << 26) - 1))
+        want_eps = float(max(1, math.floor(Fraction(1e-8) * sqrt_c2 * (1 << 28))))
+        assert ex._corrections() == (want_lr, want_eps), t
+    assert ex.b2_pow > p2 and ex.b2_pow.denominator.bit_length() < 30_000  # settled long before
+    assert ex.b1_pow > p1 and ex.b1_pow.denominator.bit_length() < 1_200
+    again = ExactAdapter(s, master, None, start)
+    again.load_state_dict({"step": torch.tensor(1399), "v": torch.zeros(1), "m": torch.zeros(1)})
+    assert (again.b1_pow, again.b2_pow) == (ex.b1_pow, ex.b2_pow)
 
 
 # (rule, calibrated MS_g, knobs): the stream rule with and without momentum and decay, the
