@@ -424,7 +424,7 @@ MODEL_HELP = (
 @click.option(
     "--fast",
     is_flag=True,
-    help="No network: the byte statistics and their mixer alone, about 7 times the default level's speed "
+    help="No network: the byte statistics and their mixer alone, about 6 times the default level's speed "
     "(130-190 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
 )
 @knob(
@@ -495,19 +495,21 @@ def encode(
     a network of 128 units, which codes it smaller, at levels -3 ... -9 (-v
     says which start was chosen; --model or --online decides it).
 
-    A level (-1 ... -9) picks the lanes and how often the network adapts; any
+    A level (-1 ... -9) picks the lanes and what the network adapts; any
     setting given explicitly overrides the level's:
 
     \b
     -1, -2   the model as trained, no adaptation (32, 16 lanes): fastest
-    -3 ... -7  8 lanes; a segment adapts when it cost more than 1.25, 1.2,
-             1.15, 1.1 (-6, the default), 1.0 times the running cost
-    -8       4 lanes, segments over 1.0 times the running cost
-    -9       4 lanes, every segment: smallest, slowest
+    -3 ... -9  rank-32 LoRA factors on the output matrix adapt after every
+             segment, the network as trained: 16 lanes (segments of 64,
+             then 32 bytes), 8 lanes (64, then 32: -6, the default),
+             then 4, 2 and 1 lane: smallest, slowest
+    --rule R adapts the whole network instead (on some texts, such as old
+    English verse, that codes smaller, at about half the speed).
 
     A small input gets fewer lanes (one per 32 kB). With --online the level
     picks the network's size instead. --fast codes without a network: the
-    byte statistics and their mixer alone, about 7 times faster.
+    byte statistics and their mixer alone, about 6 times faster.
     """
     with loading():
         from .api import Compressor, resolve_model

@@ -160,7 +160,8 @@ def _knobs(**given) -> dict:
     help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online, and the cheaper "
     "adaptations sparse (rms-decay on a 256 x 256 matrix M on the hidden state, the network frozen), "
     "lora-4 and lora-32 (rms-decay on rank-4 / rank-32 factors added to W_mh, W_m and W_out, the "
-    "network frozen), tlm (rms-decay weighted by TLM, segments under 2.2 bits per byte skipped), "
+    "network frozen), lora-out (rank 32 on W_out alone, in segments of 32: what levels -3 ... -9 adapt), "
+    "tlm (rms-decay weighted by TLM, segments under 2.2 bits per byte skipped), "
     "tlm-lanes (TLM per lane, as the paper), sparse-tlm and lora-tlm.",
 )
 @knob("--segment-len", click.IntRange(1), "Bytes per lane between gradient steps [the model's].")

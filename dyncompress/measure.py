@@ -44,6 +44,7 @@ VARIANTS: dict[str, dict] = {
     "sparse": dict(rule="rms-decay", sparse=SPARSE_K),
     "lora-4": dict(rule="rms-decay", lora=4),
     "lora-32": dict(rule="rms-decay", lora=32),
+    "lora-out": dict(rule="rms-decay", lora=32, lora_on="w_out", segment_len=32),  # the levels' (OUT_LORA)
     "tlm": dict(rule="rms-decay", tlm_bits=TLM_BITS),
     "tlm-lanes": dict(rule="rms-decay", tlm_bits=TLM_BITS, tlm_lanes=True),
     "tlm-relative": dict(rule="rms-decay", tlm_relative=TLM_RELATIVE),
