@@ -189,6 +189,21 @@ def test_backward_matches_the_float64_gradient():
     assert float((got - want).norm() / want.norm()) < 0.05
 
 
+def _step_both(compiled, calls, lanes, steps):
+    """Both networks through `steps` steps of real text, the logits equal at every step, each
+    recording the frequencies coded; returns the text's bytes (steps, lanes)."""
+    tokens = _tokens(lanes, steps)
+    prev = torch.zeros(lanes, dtype=torch.long)
+    for t in range(steps):
+        logits = compiled.step(prev, t)
+        assert torch.equal(logits, calls.step(prev, t)), t
+        freqs = torch.from_numpy(frequencies(logits.numpy()))
+        compiled.record(t, freqs)
+        calls.record(t, freqs)
+        prev = tokens[t]
+    return tokens
+
+
 @pytest.mark.parametrize(
     "scale,lanes,parts", [(0.5, 4, 1), (6.0, 3, 1), (6.0, 8, 1), (0.5, 4, 2), (6.0, 3, 2), (6.0, 8, 3)]
 )
@@ -213,15 +228,7 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     c0 = torch.from_numpy(rng.integers(-300 * exact.A, 300 * exact.A, (lanes, SHAPE.hidden)).astype(np.float64))
     for net in (compiled, calls):
         net.HS[0], net.CS[0] = h0, c0
-    tokens = _tokens(lanes, steps)
-    prev = torch.zeros(lanes, dtype=torch.long)
-    for t in range(steps):
-        logits = compiled.step(prev, t)
-        assert torch.equal(logits, calls.step(prev, t)), t
-        freqs = torch.from_numpy(frequencies(logits.numpy()))
-        compiled.record(t, freqs)
-        calls.record(t, freqs)
-        prev = tokens[t]
+    tokens = _step_both(compiled, calls, lanes, steps)
     for name in ("HS", "CS", "Z", "M", "HM", "EXM", "TC", "IN"):
         assert torch.equal(getattr(compiled, name), getattr(calls, name)), name
     if scale > 1:  # the clamps were reached
@@ -257,15 +264,7 @@ def test_lora_on_w_out_alone_runs_compiled_as_the_torch_calls(lanes, parts, rank
     for net in (compiled, calls):
         net.side_master.copy_(side)
         net.refresh_side()
-    tokens = _tokens(lanes, steps)
-    prev = torch.zeros(lanes, dtype=torch.long)
-    for t in range(steps):
-        logits = compiled.step(prev, t)
-        assert torch.equal(logits, calls.step(prev, t)), t
-        freqs = torch.from_numpy(frequencies(logits.numpy()))
-        compiled.record(t, freqs)
-        calls.record(t, freqs)
-        prev = tokens[t]
+    tokens = _step_both(compiled, calls, lanes, steps)
     assert torch.equal(compiled.LP["w_out"], calls.LP["w_out"]) and compiled.LP["w_out"].abs().sum() > 0
     mask = torch.ones(steps, lanes, dtype=torch.float64)
     mask[-3:, 1:] = 0  # a ragged end
