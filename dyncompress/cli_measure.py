@@ -311,6 +311,12 @@ def _values(text: str | None, kind, name: str) -> list | None:
 @click.option("--tlm-lambda", "tlm_lambdas", metavar="LIST", help="TLM lambdas to try, with a TLM threshold [1].")
 @knob("--sparse", click.IntRange(0, 1024), "Tune sparse dynamic evaluation with a K x K matrix [0: the whole network].")
 @knob("--lora", click.IntRange(0, 64), "Tune LoRA factors of rank R [0: the whole network].")
+@knob(
+    "--lora-on",
+    click.STRING,
+    "The matrices --lora adapts, comma separated: w_mh, w_m, w_out [all three; w_out alone is what levels "
+    "-3 ... -9 adapt].",
+)
 @click.option(
     "--search",
     type=click.Choice(["successive", "grid"]),
@@ -345,6 +351,7 @@ def tune(
     tlm_lambdas,
     sparse,
     lora,
+    lora_on,
     search,
     output,
 ):
@@ -364,6 +371,8 @@ def tune(
     rule = rule or ("rms" if online else "rms-decay")
     if (sparse or lora) and output:
         raise click.UsageError("-o records the whole network's defaults; --sparse and --lora tune other weights")
+    if lora_on is not None and not lora:
+        raise click.UsageError("--lora-on names the matrices of --lora R: give a rank too")
     pretrained = None if online else _model(model)
     src, data = _read(source)
     if not data:
@@ -375,6 +384,7 @@ def tune(
         experts=experts,
         sparse=sparse,
         lora=lora,
+        lora_on=lora_on,
         **_threads(threads),
     )
     try:

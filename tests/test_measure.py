@@ -185,6 +185,22 @@ def test_cli_tune_reports_every_point_and_saves_the_best(tiny, tmp_path):
     assert (f"{s.adapt.lr:g}", f"{s.adapt.decay:g}", str(s.segment_len)) == best[:3]
 
 
+def test_cli_tune_takes_the_levels_lora_on_w_out(tiny):
+    """`tune --lora R --lora-on w_out` tunes the adaptation levels -3 ... -9 use (LoRA on the output
+    matrix alone, its own starting rate); --lora-on without a rank is a usage error."""
+    path, _ = tiny
+    r = run_cli(
+        "tune", f"{ALICE}:60k:63k", "--model", path, "--lora", "4", "--lora-on", "w_out", "--segment-len", "8",
+        "--decay", "1e-4", "--lanes", "2", "--device", "cpu",
+    )  # fmt: skip
+    text = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    rates = re.findall(r"lr=(\S+), decay=\S+, segment_len=8\s+[\d.]+ bits/byte", text)
+    assert sorted(float(x) for x in rates) == [LORA_OUT_DEFAULTS["lr"] * f for f in (0.25, 0.5, 1, 2, 4)], text
+    r = run_cli("tune", f"{ALICE}:60k:63k", "--model", path, "--lora-on", "w_out", "--device", "cpu")
+    assert r.returncode == 2 and b"give a rank too" in r.stderr
+
+
 def test_cli_bench_prints_peers_next_to_dyncompress(tiny):
     path, _ = tiny
     r = run_cli("bench", f"{ALICE}:0:6k", CORPORA / "xargs.1", "--model", path, "--lanes", "2", "--device", "cpu")
