@@ -389,7 +389,7 @@ class ExactMLSTM(CarriedState):
         # runs as one compiled call on numpy arrays (`step_array`)
         self.fast = self.compiled and not self.k and (not self.lora_on or self.out_lora)
         # the LoRA factors transposed for the step's kernel (`refresh_side`); none: no rows
-        self.lora_t = [np.zeros((r, H)), np.zeros((ALPHABET, r))] if self.out_lora else [np.zeros((0, H))] * 2
+        self.lora_t = [np.zeros((r if self.out_lora else 0, H)), np.zeros((ALPHABET, r if self.out_lora else 0))]
         self.np_LP = self.LP["w_out"].numpy() if self.out_lora else np.zeros((n, B, 0))
         self.np_LQ = self.LQ["w_out"].numpy() if self.out_lora else None
         self.parts = 1  # runs of lanes the fast step and backward are split into, one per thread (`split`)
@@ -851,8 +851,8 @@ class ExactAdapter:
             self.steps = int(state["step"])
             for _ in range(self.steps):
                 self._next_powers()
-                if all(p == 0 or p < low for p, low in zip((self.b1_pow, self.b2_pow), POW_SETTLED, strict=True)):
-                    break  # (settled: no further step changes them)
+                if self.b1_pow < POW_SETTLED[0] and self.b2_pow < POW_SETTLED[1]:
+                    break  # (settled, or 0: no further step changes them)
 
     def _next_powers(self) -> None:
         """beta1^t and beta2^t one step on, exact, until each is settled (`POW_SETTLED`)."""

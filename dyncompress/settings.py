@@ -430,11 +430,12 @@ def model_settings(
     defaults = dict(model.info.get("defaults", {}))
     per_rule = defaults.pop("rules", {})
     at_level = dict(MODEL_LEVELS[level])
-    if rule is not None or sparse is not None or lora is not None:  # (and the LoRA levels' segments)
-        for knob in (*OUT_LORA, "segment_len") if "lora" in at_level else ():
-            at_level.pop(knob)
-    elif "lora" in at_level:  # (a rank up to the model's hidden size)
-        at_level["lora"] = min(at_level["lora"], model.shape.hidden)
+    if "lora" in at_level:
+        if rule is not None or sparse is not None or lora is not None:  # the LoRA level's factors and segments give way
+            for knob in (*OUT_LORA, "segment_len"):
+                del at_level[knob]
+        else:  # (a rank up to the model's hidden size)
+            at_level["lora"] = min(at_level["lora"], model.shape.hidden)
     rule = rule or at_level.get("rule") or defaults.get("rule") or MODEL_DEFAULTS["rule"]
     knobs: dict = {}
     for layer in (MODEL_DEFAULTS, defaults, RULE_DEFAULTS.get(rule, {}), per_rule.get(rule, {}), at_level):
@@ -449,8 +450,9 @@ def model_settings(
                 knobs[knob] = float(f"{knobs[knob] * factor:.3g}")
     if sparse:
         knobs.update(SPARSE_DEFAULTS)
-    if lora or (lora is None and knobs.get("lora")):
-        on = lora_on or knobs.get("lora_on") or AdaptSettings.lora_on
+    rank = knobs.get("lora", 0) if lora is None else lora  # the rank asked for, or the level's
+    if rank:
+        on = lora_on or knobs.get("lora_on", AdaptSettings.lora_on)
         knobs.update(LORA_OUT_DEFAULTS if on == OUT_LORA["lora_on"] else LORA_DEFAULTS)
     return _apply(Settings(hidden=model.shape.hidden, device=device), knobs)
 

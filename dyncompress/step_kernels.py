@@ -185,7 +185,7 @@ def backward(
     into dZ, dM and dMX. Every product and sum is exact (the bounds of `exact`), so the order of
     the operations is the torch calls' wherever a rounding follows. (A step's lanes are sliced as
     x[t, lo:hi], contiguous: numba compiles x[:, lo:hi] for any strides, four times slower.)"""
-    T, _, V = dl.shape
+    T = dl.shape[0]
     H = dH.shape[2]
     aa = fa * fa
     for t in range(T):
