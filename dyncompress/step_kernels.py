@@ -214,48 +214,91 @@ def backward(
         grad_carry(dhn, dc, Z[t, lo:hi, H : 2 * H], dcn)
 
 
+@njit(cache=True, fastmath={"contract", "reassoc"}, inline="always")
+def _put(out, b, i, alpha, add, v0, v1, v2, v3):
+    """out[b, i ... i + 3] = alpha v (+ out if `add`)."""
+    for k, v in enumerate((v0, v1, v2, v3)):
+        out[b, i + k] = alpha * v + (out[b, i + k] if add else 0.0)
+
+
 @njit(cache=True, fastmath={"contract", "reassoc"})
 def matmul_nt(x, W, out, alpha, add):
     """out = alpha x W^T (+ out if `add`) for x (B, K), W (N, K) (float32 or float64), out (B, N),
-    alpha a power of two: dot products along W's contiguous rows, four lanes at a time (then two,
-    then one), so every row of W is read once per four lanes and the lanes' rows of x stay in
-    the L1 cache (at 4 lanes W_m's product takes half the time of a walk along the rows of W
-    untransposed, at 8 lanes under half; MKL's is slower still). Exact in any order of the sums
-    (reassociated, fused): every product and partial sum is a representable multiple of the
-    units' product (the bounds of `exact`), and float32 weights are read exactly as float64."""
+    alpha a power of two: dot products along W's contiguous rows, in blocks of four lanes by four
+    rows (then two lanes, then one; the last N mod 4 rows one by one), so that each load of W
+    serves four lanes and each load of x four rows (1.3 times the speed of four lanes by one row
+    at 4 and 8 lanes; at 4 lanes W_m's product took half the time of a walk along the rows of W
+    untransposed, MKL's longer still). Exact in any order of the sums (reassociated, fused): every
+    product and partial sum is a representable multiple of the units' product (the bounds of
+    `exact`), and float32 weights are read exactly as float64."""
     B, K = x.shape
     N = W.shape[0]
+    n4 = N - N % 4
     b = 0
     while b + 4 <= B:
-        for i in range(N):
+        for i in range(0, n4, 4):
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = 0.0
+            for j in range(K):
+                w, v, u, s = (
+                    np.float64(W[i, j]),
+                    np.float64(W[i + 1, j]),
+                    np.float64(W[i + 2, j]),
+                    np.float64(W[i + 3, j]),
+                )
+                x0, x1, x2, x3 = x[b, j], x[b + 1, j], x[b + 2, j], x[b + 3, j]
+                a0, a1, a2, a3 = a0 + x0 * w, a1 + x1 * w, a2 + x2 * w, a3 + x3 * w
+                c0, c1, c2, c3 = c0 + x0 * v, c1 + x1 * v, c2 + x2 * v, c3 + x3 * v
+                d0, d1, d2, d3 = d0 + x0 * u, d1 + x1 * u, d2 + x2 * u, d3 + x3 * u
+                e0, e1, e2, e3 = e0 + x0 * s, e1 + x1 * s, e2 + x2 * s, e3 + x3 * s
+            _put(out, b, i, alpha, add, a0, c0, d0, e0)
+            _put(out, b + 1, i, alpha, add, a1, c1, d1, e1)
+            _put(out, b + 2, i, alpha, add, a2, c2, d2, e2)
+            _put(out, b + 3, i, alpha, add, a3, c3, d3, e3)
+        for i in range(n4, N):
             a0 = a1 = a2 = a3 = 0.0
             for j in range(K):
                 w = np.float64(W[i, j])
-                a0 += x[b, j] * w
-                a1 += x[b + 1, j] * w
-                a2 += x[b + 2, j] * w
-                a3 += x[b + 3, j] * w
-            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
-            out[b + 1, i] = alpha * a1 + (out[b + 1, i] if add else 0.0)
-            out[b + 2, i] = alpha * a2 + (out[b + 2, i] if add else 0.0)
-            out[b + 3, i] = alpha * a3 + (out[b + 3, i] if add else 0.0)
+                a0, a1, a2, a3 = a0 + x[b, j] * w, a1 + x[b + 1, j] * w, a2 + x[b + 2, j] * w, a3 + x[b + 3, j] * w
+            for k, v in enumerate((a0, a1, a2, a3)):
+                out[b + k, i] = alpha * v + (out[b + k, i] if add else 0.0)
         b += 4
     if b + 2 <= B:
-        for i in range(N):
+        for i in range(0, n4, 4):
+            a0 = a1 = c0 = c1 = d0 = d1 = e0 = e1 = 0.0
+            for j in range(K):
+                w, v, u, s = (
+                    np.float64(W[i, j]),
+                    np.float64(W[i + 1, j]),
+                    np.float64(W[i + 2, j]),
+                    np.float64(W[i + 3, j]),
+                )
+                x0, x1 = x[b, j], x[b + 1, j]
+                a0, c0, d0, e0 = a0 + x0 * w, c0 + x0 * v, d0 + x0 * u, e0 + x0 * s
+                a1, c1, d1, e1 = a1 + x1 * w, c1 + x1 * v, d1 + x1 * u, e1 + x1 * s
+            _put(out, b, i, alpha, add, a0, c0, d0, e0)
+            _put(out, b + 1, i, alpha, add, a1, c1, d1, e1)
+        b += 2
+        for i in range(n4, N):
             a0 = a1 = 0.0
             for j in range(K):
                 w = np.float64(W[i, j])
-                a0 += x[b, j] * w
-                a1 += x[b + 1, j] * w
-            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
-            out[b + 1, i] = alpha * a1 + (out[b + 1, i] if add else 0.0)
-        b += 2
-    if b < B:
-        for i in range(N):
+                a0, a1 = a0 + x[b - 2, j] * w, a1 + x[b - 1, j] * w
+            out[b - 2, i] = alpha * a0 + (out[b - 2, i] if add else 0.0)
+            out[b - 1, i] = alpha * a1 + (out[b - 1, i] if add else 0.0)
+    while b < B:
+        for i in range(0, n4, 4):
+            a0 = c0 = d0 = e0 = 0.0
+            for j in range(K):
+                x0 = x[b, j]
+                a0, c0 = a0 + x0 * np.float64(W[i, j]), c0 + x0 * np.float64(W[i + 1, j])
+                d0, e0 = d0 + x0 * np.float64(W[i + 2, j]), e0 + x0 * np.float64(W[i + 3, j])
+            _put(out, b, i, alpha, add, a0, c0, d0, e0)
+        for i in range(n4, N):
             a0 = 0.0
             for j in range(K):
                 a0 += x[b, j] * np.float64(W[i, j])
             out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
+        b += 1
 
 
 @njit(cache=True)
