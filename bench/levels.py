@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
-from dyncompress.measure import measure
+from dyncompress.measure import VARIANTS, measure, row_settings
 from dyncompress.settings import MODEL_LEVELS, make_settings
 
 HEAD = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
-ROWS = {
-    "static": dict(rule="static"),
-    "full": dict(rule="rms-decay", tlm_relative=0),  # the whole network on every segment
-    "tlm-1.1": dict(rule="rms-decay", tlm_relative=1.1),  # the default before the LoRA levels
-    "tlm-1.0": dict(rule="rms-decay", tlm_relative=1.0),
-    **{f"L{level}": dict(level=level) for level in MODEL_LEVELS},
+ROWS = {  # `eval`'s rows (`measure.row_settings`) with knobs, or a level as it is
+    "static": ("static", {}),
+    "full": ("rms-decay", {}),  # the whole network on every segment
+    **{name: (name, {}) for name in VARIANTS},  # sparse, LoRA, TLM ...
+    "tlm-1.1": ("rms-decay", dict(tlm_relative=1.1)),  # the default before the LoRA levels
+    "tlm-1.0": ("rms-decay", dict(tlm_relative=1.0)),
+    **{f"L{level}": (None, dict(level=level)) for level in MODEL_LEVELS},
 }
 
 
@@ -52,27 +53,32 @@ def main() -> None:
     results: dict[str, list] = {}
     for _ in range(args.repeat):
         for name in args.rows.split(","):
-            knobs = dict(ROWS[name])
-            level = knobs.pop("level", None)
-            if level is None:
-                knobs["lanes"] = args.lanes
-            s = make_settings(model=model, level=level, size_hint=len(data), threads=2, **knobs)
+            row, knobs = ROWS[name]
+            if row is None:
+                s = make_settings(model=model, size_hint=len(data), threads=2, **knobs)
+            else:
+                s, _ = row_settings(row, len(data), model, lanes=args.lanes, threads=2, **knobs)
             measure(data[:5000], s, model, name)
             t = time.perf_counter()
             m = measure(data, s, model, name)
             speed = len(data) / (time.perf_counter() - t) / 1000
-            results.setdefault(name, []).append((m.bits / len(data), speed, m))
+            results.setdefault(name, []).append((m.bits / len(data), speed, m.skip_fraction))
             a = s.adapt
-            what = f"LoRA {a.lora} on {a.lora_on}" if a.lora else a.rule + (f", TLM {a.tlm_relative}" if a.tlm else "")
-            print(f"  {name:8s} {s.lanes:2d} lanes, segments of {s.segment_len:2d}, {what:22s} "
+            what = (
+                a.rule
+                + (f", sparse {a.sparse}" if a.sparse else "")
+                + (f", LoRA {a.lora} on {a.lora_on}" if a.lora else "")
+            )
+            what += f", TLM {a.tlm_relative or a.tlm_bits}" if a.tlm else ""
+            print(f"  {name:12s} {s.lanes:2d} lanes, segments of {s.segment_len:2d}, {what:40s} "
                   f"{m.bits / len(data):.4f}  {speed:6.2f} kB/s", flush=True)  # fmt: skip
-    mean = {k: (v[0][0], sum(x[1] for x in v) / len(v)) for k, v in results.items()}
-    print("\nrow        bits/byte   kB/s (mean)   saving kept   speed vs full")
+    mean = {k: (v[0][0], sum(x[1] for x in v) / len(v), v[0][2]) for k, v in results.items()}
+    print("\nrow            bits/byte   kB/s (mean)   skipped   saving kept   speed vs full")
     base, full = mean.get("static"), mean.get("full")
-    for name, (bpb, speed) in mean.items():
+    for name, (bpb, speed, skipped) in mean.items():
         kept = f"{100 * (base[0] - bpb) / (base[0] - full[0]):5.0f} %" if base and full and base != full else ""
         vs = f"{speed / full[1]:5.2f}x" if full else ""
-        print(f"  {name:8s} {bpb:.4f}   {speed:6.2f}        {kept:>7}       {vs}")
+        print(f"  {name:12s} {bpb:.4f}   {speed:6.2f}      {100 * skipped:5.1f} %      {kept:>7}       {vs}")
 
 
 if __name__ == "__main__":
