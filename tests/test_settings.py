@@ -65,8 +65,8 @@ def test_levels_are_valid_and_the_default_is_level_6():
 def test_overrides_size_hint_and_explicit_settings():
     s = make_settings(level=2, device="cpu", lr=0.25, segment_len=5)
     assert (s.hidden, s.segment_len, s.adapt.lr) == (LEVELS[2]["hidden"], 5, 0.25)
-    assert make_settings(level=6, size_hint=70_000, device="cpu").lanes == 2  # 32 kB per lane at least
-    assert make_settings(level=6, size_hint=70_000, lanes=9, device="cpu").lanes == 9  # explicit wins
+    assert make_settings(level=6, size_hint=90_000, device="cpu").lanes == 2  # 40 kB per lane at least
+    assert make_settings(level=6, size_hint=90_000, lanes=9, device="cpu").lanes == 9  # explicit wins
     given = Settings(hidden=40, lanes=3)
     assert make_settings(given, size_hint=10, rule="sgd") == Settings(hidden=40, lanes=3, adapt=AdaptSettings("sgd"))
     with pytest.raises(TypeError):
