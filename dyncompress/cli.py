@@ -507,7 +507,7 @@ def encode(
     --rule R adapts the whole network instead (on some texts, such as old
     English verse, that codes smaller, at about half the speed).
 
-    A small input gets fewer lanes (one per 32 kB). With --online the level
+    A small input gets fewer lanes (one per 40 kB). With --online the level
     picks the network's size instead. --fast codes without a network: the
     byte statistics and their mixer alone, about 6 times faster.
     """
