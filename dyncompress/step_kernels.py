@@ -214,6 +214,12 @@ def backward(
         grad_carry(dhn, dc, Z[t, lo:hi, H : 2 * H], dcn)
 
 
+@njit(cache=True, inline="always")
+def _column4(W, i, j):
+    """W[i ... i + 3, j] as float64 (exact: float32 widens without rounding)."""
+    return np.float64(W[i, j]), np.float64(W[i + 1, j]), np.float64(W[i + 2, j]), np.float64(W[i + 3, j])
+
+
 @njit(cache=True, fastmath={"contract", "reassoc"}, inline="always")
 def _put(out, b, i, alpha, add, v0, v1, v2, v3):
     """out[b, i ... i + 3] = alpha v (+ out if `add`)."""
@@ -239,12 +245,7 @@ def matmul_nt(x, W, out, alpha, add):
         for i in range(0, n4, 4):
             a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = 0.0
             for j in range(K):
-                w, v, u, s = (
-                    np.float64(W[i, j]),
-                    np.float64(W[i + 1, j]),
-                    np.float64(W[i + 2, j]),
-                    np.float64(W[i + 3, j]),
-                )
+                w, v, u, s = _column4(W, i, j)
                 x0, x1, x2, x3 = x[b, j], x[b + 1, j], x[b + 2, j], x[b + 3, j]
                 a0, a1, a2, a3 = a0 + x0 * w, a1 + x1 * w, a2 + x2 * w, a3 + x3 * w
                 c0, c1, c2, c3 = c0 + x0 * v, c1 + x1 * v, c2 + x2 * v, c3 + x3 * v
@@ -266,12 +267,7 @@ def matmul_nt(x, W, out, alpha, add):
         for i in range(0, n4, 4):
             a0 = a1 = c0 = c1 = d0 = d1 = e0 = e1 = 0.0
             for j in range(K):
-                w, v, u, s = (
-                    np.float64(W[i, j]),
-                    np.float64(W[i + 1, j]),
-                    np.float64(W[i + 2, j]),
-                    np.float64(W[i + 3, j]),
-                )
+                w, v, u, s = _column4(W, i, j)
                 x0, x1 = x[b, j], x[b + 1, j]
                 a0, c0, d0, e0 = a0 + x0 * w, c0 + x0 * v, d0 + x0 * u, e0 + x0 * s
                 a1, c1, d1, e1 = a1 + x1 * w, c1 + x1 * v, d1 + x1 * u, e1 + x1 * s
@@ -289,9 +285,8 @@ def matmul_nt(x, W, out, alpha, add):
         for i in range(0, n4, 4):
             a0 = c0 = d0 = e0 = 0.0
             for j in range(K):
-                x0 = x[b, j]
-                a0, c0 = a0 + x0 * np.float64(W[i, j]), c0 + x0 * np.float64(W[i + 1, j])
-                d0, e0 = d0 + x0 * np.float64(W[i + 2, j]), e0 + x0 * np.float64(W[i + 3, j])
+                w, v, u, s = _column4(W, i, j)
+                a0, c0, d0, e0 = a0 + x[b, j] * w, c0 + x[b, j] * v, d0 + x[b, j] * u, e0 + x[b, j] * s
             _put(out, b, i, alpha, add, a0, c0, d0, e0)
         for i in range(n4, N):
             a0 = 0.0
