@@ -70,9 +70,10 @@ numba), one call per step for all lanes: on alice29 5 times faster than the same
 numpy calls.
 
 The mixer prior. With a pretrained model, every weight row starts as learned on text: each of
-three 300 kB pieces of the model's training data (Dickens, 2016 Wikipedia, Unamuno's Spanish)
-coded alone from the hand-set start, their rows averaged (`bench/mixer_prior.py`, shipped as
-`prior_text1.npz` and checked by its SHA-256; the header names the prior, `mix.prior`). Every
+three pieces of the model's training data (Dickens, 2016 Wikipedia, Unamuno's Spanish) coded alone
+from the hand-set start, their rows averaged (`bench/mixer_prior.py`, shipped as `prior_NAME.npz`
+and checked by its SHA-256; the header names the prior, `mix.prior`: text1 from 300 kB of each,
+text2, the default since 2026-12-04, from 600 kB, 1 MB and 300 kB at the LoRA default). Every
 row's rate still starts high. On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
 of that); in online mode (a random network) it was mixed (Chinese 0.3 % smaller, calgary/obj2
@@ -127,7 +128,10 @@ APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
 # every weight set, for the fast mixer and the slow, and the SHA-256 of their int64 little-endian
 # bytes (W | W_slow). Made by `bench/mixer_prior.py`.
-PRIOR_SHA256 = {"text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b"}
+PRIOR_SHA256 = {
+    "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
+    "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
+}
 
 
 def rounded_logs(nums, den: int) -> list[int]:

@@ -458,6 +458,10 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     older = compress(data, model=model, device="cpu", threads=1, prior="")
     assert older != packed
     assert decompress(rewrite_header(older, lambda m: m["settings"]["mix"].pop("prior"))) == data
+    # a file that names the earlier prior (text1, the default until 2026-12-04) codes and decodes with it
+    first = compress(data, model=model, device="cpu", threads=1, prior="text1")
+    assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == "text1"
+    assert decompress(first) == data
     # a prior this version does not know: a one-line error, not a wrong decode
     future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
     with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
@@ -466,7 +470,7 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     load_prior.cache_clear()
     monkeypatch.setitem(PRIOR_SHA256, DEFAULT_PRIOR, "0" * 64)
     try:
-        with pytest.raises(DyncompressError, match="mixer prior prior_text1.npz hashes to"):
+        with pytest.raises(DyncompressError, match=f"mixer prior prior_{DEFAULT_PRIOR}.npz hashes to"):
             decompress(packed)
     finally:
         load_prior.cache_clear()
