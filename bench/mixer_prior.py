@@ -1,15 +1,16 @@
-"""Make the mixer prior (`dyncompress/prior_text1.npz`): the starting weights of the mixer, every row
+"""Make a mixer prior (`dyncompress/prior_NAME.npz`): the starting weights of the mixer, every row
 of every weight set, as learned on text the shipped model was trained on.
 
-Each source is coded alone from the hand-set weights at the default level with the shipped model;
-the rows of every weight set (match bucket with order seen, order seen with its count bucket,
-previous byte, and the hashes of the last two bytes, the current word and the last three) are then
-averaged over the sources, for the fast mixer and the slow, in integers (rounded half up),
-so the file comes out the same on every machine. Prints the SHA-256 to record in `mix.PRIOR_SHA256`.
+Each source is coded alone from the hand-set weights with the shipped model, at the settings the
+prior was made with (`PRIORS`, pinned); the rows of every weight set (match bucket with order seen,
+order seen with its count bucket, previous byte, and the hashes of the last two bytes, the current
+word and the last three) are then averaged over the sources, for the fast mixer and the slow, in
+integers (rounded half up), so the file comes out the same on every machine. Prints the SHA-256 to
+record in `mix.PRIOR_SHA256` (both shipped priors come out with their recorded hashes, 2026-12-04).
 
     python bench/mixer_prior.py [--prior text2] [-o dyncompress/prior_text2.npz]
 
-(text1: about 2 minutes alone on a 2-core CPU, three times 300 kB at the default level; text2, 1.9 MB: about 3.)
+(Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2, 1.9 MB, about 2.)
 """
 
 from __future__ import annotations
@@ -25,26 +26,37 @@ from dyncompress.codec import Codec, encode_block
 from dyncompress.mix import prior_sha256
 from dyncompress.settings import ALL_EXPERTS, make_settings
 
-# Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish. text1: 300 kB
-# of each; text2: 1 MB of the markup (the kind of text the model was trained on most), 600 kB of the
-# prose, 300 kB of the Spanish, coded at the default of 2026-12-04 (LoRA on W_out).
-SOURCES = {
+# Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish, each coded
+# at the settings the prior was made with, pinned here so that a later change of the default level
+# cannot change a prior's rows (each piece's lanes as the default gave them then). text1: 300 kB of
+# each at the default of 2026-12-03 (the whole network, TLM 1.1, 8 lanes); text2: 600 kB of the
+# prose, 1 MB of the markup (the kind of text the model was trained on most), 300 kB of the Spanish
+# at the default of 2026-12-04 (LoRA on W_out, a lane per 40 kB).
+PRIORS = {
     "text1": (
-        ("silesia/dickens", 0, 300_000),
-        ("wiki/enwiki_2016_sample.xml", 0, 300_000),
-        ("multilingual/dcc_large/spa/unamuno.txt", 0, 300_000),
+        dict(rule="rms-decay", tlm_relative=1.1),
+        (
+            ("silesia/dickens", 0, 300_000, 8),
+            ("wiki/enwiki_2016_sample.xml", 0, 300_000, 8),
+            ("multilingual/dcc_large/spa/unamuno.txt", 0, 300_000, 8),
+        ),
     ),
     "text2": (
-        ("silesia/dickens", 0, 600_000),
-        ("wiki/enwiki_2016_sample.xml", 0, 1_000_000),
-        ("multilingual/dcc_large/spa/unamuno.txt", 0, 300_000),
+        dict(level=6),
+        (
+            ("silesia/dickens", 0, 600_000, 8),
+            ("wiki/enwiki_2016_sample.xml", 0, 1_000_000, 8),
+            ("multilingual/dcc_large/spa/unamuno.txt", 0, 300_000, 7),
+        ),
     ),
 }
 
 
-def learned_rows(data: bytes, model) -> tuple[np.ndarray, np.ndarray]:
+def learned_rows(data: bytes, model, lanes: int, **knobs) -> tuple[np.ndarray, np.ndarray]:
     """The mixer's rows (W, W_slow) after coding `data` from the hand-set weights."""
-    settings = make_settings(model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="")
+    settings = make_settings(
+        model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="", lanes=lanes, **knobs
+    )
     codec = Codec(settings, model)
     encode_block(codec, data)
     experts = codec.predictor.experts
@@ -53,14 +65,15 @@ def learned_rows(data: bytes, model) -> tuple[np.ndarray, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prior", choices=sorted(SOURCES), default="text2")
+    ap.add_argument("--prior", choices=sorted(PRIORS), default="text2")
     ap.add_argument("-o", "--output", type=Path, help="[dyncompress/prior_PRIOR.npz]")
     args = ap.parse_args()
     output = args.output or ROOT / "dyncompress" / f"prior_{args.prior}.npz"
     model = resolve_model("enwiki-h256")
+    knobs, sources = PRIORS[args.prior]
     learned = []
-    for path, start, end in SOURCES[args.prior]:
-        learned.append(learned_rows((SHARED / path).read_bytes()[start:end], model))
+    for path, start, end, lanes in sources:
+        learned.append(learned_rows((SHARED / path).read_bytes()[start:end], model, lanes, **knobs))
         print(f"coded {path} [{start:,}, {end:,})", flush=True)
     n = len(learned)
     W, W_slow = ((2 * sum(rows[i] for rows in learned) + n) // (2 * n) for i in (0, 1))
