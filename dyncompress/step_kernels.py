@@ -273,14 +273,14 @@ def matmul_nt(x, W, out, alpha, add):
                 a1, c1, d1, e1 = a1 + x1 * w, c1 + x1 * v, d1 + x1 * u, e1 + x1 * s
             _put(out, b, i, alpha, add, a0, c0, d0, e0)
             _put(out, b + 1, i, alpha, add, a1, c1, d1, e1)
-        b += 2
         for i in range(n4, N):
             a0 = a1 = 0.0
             for j in range(K):
                 w = np.float64(W[i, j])
-                a0, a1 = a0 + x[b - 2, j] * w, a1 + x[b - 1, j] * w
-            out[b - 2, i] = alpha * a0 + (out[b - 2, i] if add else 0.0)
-            out[b - 1, i] = alpha * a1 + (out[b - 1, i] if add else 0.0)
+                a0, a1 = a0 + x[b, j] * w, a1 + x[b + 1, j] * w
+            out[b, i] = alpha * a0 + (out[b, i] if add else 0.0)
+            out[b + 1, i] = alpha * a1 + (out[b + 1, i] if add else 0.0)
+        b += 2
     while b < B:
         for i in range(0, n4, 4):
             a0 = c0 = d0 = e0 = 0.0
