@@ -1,16 +1,19 @@
 """Make a mixer prior (`dyncompress/prior_NAME.npz`): the starting weights of the mixer, every row
-of every weight set, as learned on text the shipped model was trained on.
+of every weight set, as learned on text the shipped model was trained on, and from text3 on every
+row's starting step count (which sets the rate it starts learning at).
 
 Each source is coded alone from the hand-set weights with the shipped model, at the settings the
 prior was made with (`PRIORS`, pinned); the rows of every weight set (match bucket with order seen,
 order seen with its count bucket, previous byte, and the hashes of the last two bytes, the current
 word and the last three) are then averaged over the sources, for the fast mixer and the slow, in
-integers (rounded half up), so the file comes out the same on every machine. Prints the SHA-256 to
-record in `mix.PRIOR_SHA256` (both shipped priors come out with their recorded hashes, 2026-12-04).
+integers (rounded half up), so the file comes out the same on every machine. A prior with settled
+rates (text3) also starts every row at the mean of the steps it took in the three codings (floored),
+at most `settled` steps. Prints the SHA-256 to record in `mix.PRIOR_SHA256` (every shipped prior
+comes out with its recorded hash, 2026-12-04).
 
-    python bench/mixer_prior.py [--prior text2] [-o dyncompress/prior_text2.npz]
+    python bench/mixer_prior.py [--prior text3] [-o dyncompress/prior_text3.npz]
 
-(Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2, 1.9 MB, about 2.)
+(Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2 and text3, 1.9 MB, about 2.)
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ from dyncompress.settings import ALL_EXPERTS, make_settings
 # cannot change a prior's rows (each piece's lanes as the default gave them then). text1: 300 kB of
 # each at the default of 2026-12-03 (the whole network, TLM 1.1, 8 lanes); text2: 600 kB of the
 # prose, 1 MB of the markup (the kind of text the model was trained on most), 300 kB of the Spanish
-# at the default of 2026-12-04 (LoRA on W_out, a lane per 40 kB).
+# at the default of 2026-12-04 (LoRA on W_out, a lane per 40 kB); text3: text2's rows, every row
+# starting at the mean of the steps it took, at most 128 (it starts at the rate it had learned down
+# to rather than 16 times the settled rate: on eight texts of 150 kB 0.09 ... 1.2 % smaller; at most
+# 32 or 64 steps, or the mean itself, gained less, BENCHMARKS.md).
+SETTLED = {"text3": 128}  # the most steps a row of these priors starts with (the others start at 0)
 PRIORS = {
     "text1": (
         dict(rule="rms-decay", tlm_relative=1.1),
@@ -50,22 +57,23 @@ PRIORS = {
         ),
     ),
 }
+PRIORS["text3"] = PRIORS["text2"]
 
 
-def learned_rows(data: bytes, model, lanes: int, **knobs) -> tuple[np.ndarray, np.ndarray]:
-    """The mixer's rows (W, W_slow) after coding `data` from the hand-set weights."""
+def learned_rows(data: bytes, model, lanes: int, **knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights."""
     settings = make_settings(
         model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="", lanes=lanes, **knobs
     )
     codec = Codec(settings, model)
     encode_block(codec, data)
     experts = codec.predictor.experts
-    return experts.W.copy(), experts.W_slow.copy()
+    return experts.W.copy(), experts.W_slow.copy(), experts.updates.copy()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prior", choices=sorted(PRIORS), default="text2")
+    ap.add_argument("--prior", choices=sorted(PRIORS), default="text3")
     ap.add_argument("-o", "--output", type=Path, help="[dyncompress/prior_PRIOR.npz]")
     args = ap.parse_args()
     output = args.output or ROOT / "dyncompress" / f"prior_{args.prior}.npz"
@@ -77,8 +85,11 @@ def main() -> None:
         print(f"coded {path} [{start:,}, {end:,})", flush=True)
     n = len(learned)
     W, W_slow = ((2 * sum(rows[i] for rows in learned) + n) // (2 * n) for i in (0, 1))
-    np.savez_compressed(output, W=W.astype(np.int32), W_slow=W_slow.astype(np.int32))
-    print(f"{output}: rows {W.shape}, sha256 {prior_sha256(W, W_slow)}")
+    arrays = dict(W=W.astype(np.int32), W_slow=W_slow.astype(np.int32))
+    if args.prior in SETTLED:
+        arrays["updates"] = np.minimum(sum(rows[2] for rows in learned) // n, SETTLED[args.prior]).astype(np.int32)
+    np.savez_compressed(output, **arrays)
+    print(f"{output}: rows {W.shape}, sha256 {prior_sha256(*arrays.values())}")
 
 
 if __name__ == "__main__":

@@ -126,11 +126,13 @@ APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
-# every weight set, for the fast mixer and the slow, and the SHA-256 of their int64 little-endian
-# bytes (W | W_slow). Made by `bench/mixer_prior.py`.
+# every weight set, for the fast mixer and the slow, from text3 on every row's starting step count
+# too, and the SHA-256 of their int64 little-endian bytes (W | W_slow | updates, where there are
+# step counts). Made by `bench/mixer_prior.py`.
 PRIOR_SHA256 = {
     "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
     "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
+    "text3": "bd6aaad9e7c8cecfbb5c22e5b21af17df9793c80b7199765c55e9ef0492133a4",
 }
 
 
@@ -167,29 +169,33 @@ def ppm_log_tables() -> tuple[np.ndarray, int]:
     return np.array(rounded_logs(range(4096, 8192), 4096), dtype=np.int64), rounded_logs([2], 1)[0]
 
 
-def prior_sha256(W: np.ndarray, W_slow: np.ndarray) -> str:
-    return hashlib.sha256(b"".join(np.ascontiguousarray(w, dtype="<i8").tobytes() for w in (W, W_slow))).hexdigest()
+def prior_sha256(*arrays: np.ndarray) -> str:
+    """The SHA-256 of a prior's arrays (W, W_slow[, updates]) as int64 little-endian bytes."""
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype="<i8").tobytes() for a in arrays)).hexdigest()
 
 
 @functools.cache
-def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The mixer prior `name`'s starting rows (W, W_slow), checked against the hash recorded here and
+def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixer prior `name`'s starting rows (W, W_slow) and every row's starting step count (0
+    for priors made without them, text1 and text2), checked against the hash recorded here and
     against the `shape` the experts need (read-only arrays)."""
     from importlib import resources
 
     file = f"prior_{name}.npz"
     try:
         with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
-            W, W_slow = (npz[k].astype(np.int64) for k in ("W", "W_slow"))
+            arrays = [npz[k].astype(np.int64) for k in ("W", "W_slow", "updates")[: 2 + ("updates" in npz)]]
     except (OSError, KeyError, ValueError) as e:
         raise ExactnessError(f"cannot read the mixer prior {name} ({file}): {e}") from None
-    got = prior_sha256(W, W_slow)
+    got = prior_sha256(*arrays)
     if got != PRIOR_SHA256[name]:
         raise ExactnessError(f"mixer prior {file} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
-    if W.shape != shape or W_slow.shape != shape:
+    W, W_slow = arrays[:2]
+    updates = arrays[2] if len(arrays) > 2 else np.zeros(shape[0], dtype=np.int64)
+    if W.shape != shape or W_slow.shape != shape or updates.shape != shape[:1]:
         raise ExactnessError(f"mixer prior {name} has rows {W.shape}, not the {shape} its experts need")
-    W.flags.writeable = W_slow.flags.writeable = False
-    return W, W_slow
+    W.flags.writeable = W_slow.flags.writeable = updates.flags.writeable = False
+    return W, W_slow, updates
 
 
 def table_sizes(
@@ -269,8 +275,9 @@ class Experts:
             # a longer match earns more trust from the start (weights in nats per bucket)
             self.w0[:n_a, -1] = np.repeat(MATCH_TRUST, self.K + 1)
         self.w0_slow = self.w0  # (only read: reset copies them)
+        self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            self.w0, self.w0_slow = load_prior(s.prior, (self.n_sets, self.n_in))
+            self.w0, self.w0_slow, self.updates0 = load_prior(s.prior, (self.n_sets, self.n_in))
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
@@ -312,7 +319,7 @@ class Experts:
         self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
         self.pos = np.zeros(B, dtype=np.int64)  # bytes every lane has seen
         self.word = np.zeros((B, 3), dtype=np.uint64)  # hashes of the current word, the one before, the one before that
-        self.updates = np.zeros(self.n_sets, dtype=np.int64)  # steps every weight row has taken
+        self.updates = self.updates0.copy()  # steps every weight row has taken (its rate: `mix_kernels.mixer_steps`)
         self.ptr = np.zeros(B, dtype=np.int64)  # match: flat history index of the predicted byte
         self.mlen = np.zeros(B, dtype=np.int64)  # match length (0: none)
         self.rec_at = np.zeros((B, 256 if self.use_record else 1, 3), dtype=np.int64)  # each byte's last positions

@@ -114,11 +114,14 @@ ALL_EXPERTS = ",".join(EXPERTS)
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
 # experts are these; online mode and other experts start from the hand-set weights (`mix.Experts`).
-MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS}
+MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS}
 # text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
 # the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
-# head -0.04 %, its two halves coded alone -0.09 %. text1 stays for the files that name it.
-DEFAULT_PRIOR = "text2"
+# head -0.04 %, its two halves coded alone -0.09 %. text3 (2026-12-04): text2's rows, each starting
+# at the rate it had learned down to (its step count, at most 128; `bench/mixer_prior.py`): eight
+# texts of 150 kB 0.09 ... 1.2 % smaller, enwik8's 3.5 MB head 0.08 %. text1 and text2 stay for the
+# files that name them.
+DEFAULT_PRIOR = "text3"
 
 
 @dataclass(frozen=True)

@@ -433,13 +433,19 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert make_settings(model=None, device="cpu").mix.prior == ""
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
-    W, W_slow = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
+    W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
+    # the rows start at the rates they had learned down to: step counts of 0 ... 128
+    assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
     hand_set = Experts(replace(s.mix, prior=""), 4)
-    assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow)
+    assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow) and not hand_set.updates.any()
+    # text2 has text3's rows without the step counts
+    assert np.array_equal(load_prior("text2", W.shape)[0], W) and not load_prior("text2", W.shape)[2].any()
     experts.W[:] += 1
+    experts.updates[:] += 1
     experts.reset()
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
+    assert np.array_equal(experts.updates, updates)
 
 
 def test_the_prior_saves_bits_on_text_it_was_not_made_from(model):
@@ -458,10 +464,12 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     older = compress(data, model=model, device="cpu", threads=1, prior="")
     assert older != packed
     assert decompress(rewrite_header(older, lambda m: m["settings"]["mix"].pop("prior"))) == data
-    # a file that names the earlier prior (text1, the default until 2026-12-04) codes and decodes with it
-    first = compress(data, model=model, device="cpu", threads=1, prior="text1")
-    assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == "text1"
-    assert decompress(first) == data
+    # files that name the earlier priors (text1 and text2, the defaults until 2026-12-04) code and
+    # decode with them
+    for earlier in ("text1", "text2"):
+        first = compress(data, model=model, device="cpu", threads=1, prior=earlier)
+        assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == earlier
+        assert decompress(first) == data
     # a prior this version does not know: a one-line error, not a wrong decode
     future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
     with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
