@@ -12,20 +12,27 @@ at most `settled` steps. Prints the SHA-256 to record in `mix.PRIOR_SHA256` (eve
 comes out with its recorded hash, 2026-12-04).
 
     python bench/mixer_prior.py [--prior text3] [-o dyncompress/prior_text3.npz]
+    python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
 
-(Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2 and text3, 1.9 MB, about 2.)
+(Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2 and text3, 1.9 MB, about 2;
+--compare, about a minute per prior.)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import platform
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from exact_vs_float import ROOT, SHARED  # bench/ is on the path
+from cheaper import ppmd_bpb  # bench/ is on the path
+from exact_vs_float import ROOT, SHARED
 
 from dyncompress.api import resolve_model
 from dyncompress.codec import Codec, encode_block
+from dyncompress.measure import measure
 from dyncompress.mix import prior_sha256
 from dyncompress.settings import ALL_EXPERTS, make_settings
 
@@ -60,6 +67,34 @@ PRIORS = {
 PRIORS["text3"] = PRIORS["text2"]
 
 
+# texts none of the priors was made from, for --compare: their first 150 kB each
+PANEL = (
+    "canterbury/alice29.txt", "canterbury/asyoulik.txt", "calgary/book1", "calgary/news",
+    "english_prose/gutenberg_austen.txt", "multilingual/dcc_large/deu/freud.txt",
+    "multilingual/dcc_large/zho/digong.txt", "calgary/obj2",
+)  # fmt: skip
+PANEL_BYTES = 150_000
+
+
+def compare(names: list[str], model) -> None:
+    """Bytes of every PANEL text at the default level with each prior in `names` (the first is the
+    reference), PPMd order 6 beside them."""
+    print(f"# bench/mixer_prior.py --compare, {datetime.date.today()}, {platform.machine()}")
+    print("| text (first 150 kB) | PPMd o6 bits/byte | " + " | ".join(f"{n} bytes" for n in names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    totals = np.zeros(len(names))
+    for path in PANEL:
+        data = (SHARED / path).read_bytes()[:PANEL_BYTES]
+        s = make_settings(model=model, size_hint=len(data))
+        sizes = [measure(data, replace(s, mix=replace(s.mix, prior=n)), model).bits / 8 for n in names]
+        totals += sizes
+        cells = [f"{sizes[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / sizes[0] - 1):+.2f} %)" for b in sizes[1:]]
+        ppmd = ppmd_bpb(data)
+        print(f"| {path} | {f'{ppmd:.4f}' if ppmd else '-'} | {' | '.join(cells)} |", flush=True)
+    cells = [f"{totals[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / totals[0] - 1):+.2f} %)" for b in totals[1:]]
+    print("| all | | " + " | ".join(cells) + " |")
+
+
 def learned_rows(data: bytes, model, lanes: int, **knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights."""
     settings = make_settings(
@@ -75,9 +110,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prior", choices=sorted(PRIORS), default="text3")
     ap.add_argument("-o", "--output", type=Path, help="[dyncompress/prior_PRIOR.npz]")
+    ap.add_argument("--compare", metavar="A,B,...", help="measure these shipped priors on PANEL instead")
     args = ap.parse_args()
     output = args.output or ROOT / "dyncompress" / f"prior_{args.prior}.npz"
     model = resolve_model("enwiki-h256")
+    if args.compare:
+        compare(args.compare.split(","), model)
+        return
     knobs, sources = PRIORS[args.prior]
     learned = []
     for path, start, end, lanes in sources:
