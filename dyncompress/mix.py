@@ -73,8 +73,10 @@ The mixer prior. With a pretrained model, every weight row starts as learned on 
 three pieces of the model's training data (Dickens, 2016 Wikipedia, Unamuno's Spanish) coded alone
 from the hand-set start, their rows averaged (`bench/mixer_prior.py`, shipped as `prior_NAME.npz`
 and checked by its SHA-256; the header names the prior, `mix.prior`: text1 from 300 kB of each,
-text2, the default since 2026-12-04, from 600 kB, 1 MB and 300 kB at the LoRA default). Every
-row's rate still starts high. On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
+text2 from 600 kB, 1 MB and 300 kB at the LoRA default). text1's and text2's rows start at the
+high rate of a new row; text3's (text2's rows, the default since 2026-12-04) at the rate each had
+learned down to: its mean step count in those codings, at most 128 (eight texts of 150 kB
+0.09 ... 1.2 % smaller than with text2). On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
 of that); in online mode (a random network) it was mixed (Chinese 0.3 % smaller, calgary/obj2
 0.4 % larger), so online mode keeps the hand-set start.
