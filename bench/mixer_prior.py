@@ -65,6 +65,17 @@ PRIORS = {
     ),
 }
 PRIORS["text3"] = PRIORS["text2"]
+# online1: online mode's (a random network, `online=True`: no model), learned on other languages
+# than the one the model was trained on, where online mode is chosen (`auto`)
+PRIORS["online1"] = (
+    dict(online=True),
+    (
+        ("multilingual/dcc_large/zho/hua.txt", 0, 200_000, 4),
+        ("multilingual/dcc_large/jpn/lowndes.txt", 0, 200_000, 4),
+        ("multilingual/dcc_large/deu/freytag.txt", 0, 200_000, 4),
+    ),
+)
+SETTLED["online1"] = 128
 
 
 # texts none of the priors was made from, for --compare: their first 150 kB each
@@ -95,8 +106,10 @@ def compare(names: list[str], model) -> None:
     print("| all | | " + " | ".join(cells) + " |")
 
 
-def learned_rows(data: bytes, model, lanes: int, **knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights."""
+def learned_rows(data: bytes, model, lanes: int, online=False, **knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights
+    (online: in online mode, without the model)."""
+    model = None if online else model
     settings = make_settings(
         model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="", lanes=lanes, **knobs
     )

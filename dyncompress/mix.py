@@ -135,6 +135,7 @@ PRIOR_SHA256 = {
     "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
     "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
     "text3": "bd6aaad9e7c8cecfbb5c22e5b21af17df9793c80b7199765c55e9ef0492133a4",
+    "online1": "28a918fd0495b925b167631dcffd947eae1cb3be5f2b322d9377dae29e7e445e",
 }
 
 

@@ -114,7 +114,7 @@ ALL_EXPERTS = ",".join(EXPERTS)
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
 # experts are these; online mode and other experts start from the hand-set weights (`mix.Experts`).
-MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS}
+MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS, "online1": ALL_EXPERTS}
 # text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
 # the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
 # head -0.04 %, its two halves coded alone -0.09 %. text3 (2026-12-04): text2's rows, each starting
@@ -122,6 +122,11 @@ MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS}
 # texts of 150 kB 0.09 ... 1.2 % smaller, enwik8's 3.5 MB head 0.08 %. text1 and text2 stay for the
 # files that name them.
 DEFAULT_PRIOR = "text3"
+# Online mode's (2026-12-04): learned in online mode (a random network) on 200 kB each of Chinese,
+# Japanese and German, with text3's settled rates; 100 kB of other Chinese and Japanese texts
+# 0.7 ... 1.0 % smaller, alice29 0.3 %, calgary/pic, geo, Russian, news within 0.1 %, calgary/obj2
+# 0.5 % larger (BENCHMARKS.md). Before, online mode started from the hand-set weights.
+ONLINE_PRIOR = "online1"
 
 
 @dataclass(frozen=True)
@@ -518,8 +523,10 @@ def make_settings(
         overrides["threads"] = default_threads()
     if settings is None and model is None and (overrides.get("sparse") or overrides.get("lora")):
         raise ValueError(FROZEN_NEEDS_MODEL)
-    if settings is None and model is not None and "prior" not in overrides:
-        # a pretrained model's mixer starts from the weights learned on text, where they fit the experts
+    if settings is None and "prior" not in overrides and (model is not None or overrides.get("hidden", base.hidden)):
+        # the mixer starts from the weights learned on text, where they fit the experts: a pretrained
+        # model's from DEFAULT_PRIOR, online mode's from ONLINE_PRIOR (the fast level has no network)
         experts = overrides.get("experts", base.mix.experts)
-        overrides["prior"] = DEFAULT_PRIOR if MIX_PRIORS[DEFAULT_PRIOR] == experts else ""
+        prior = DEFAULT_PRIOR if model is not None else ONLINE_PRIOR
+        overrides["prior"] = prior if MIX_PRIORS[prior] == experts else ""
     return _apply(base, {**overrides, "device": device})

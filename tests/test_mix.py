@@ -30,6 +30,7 @@ from dyncompress.settings import (
     DEFAULT_PRIOR,
     EXPERTS,
     FAST_EXPERTS,
+    ONLINE_PRIOR,
     AdaptSettings,
     MixSettings,
     Settings,
@@ -426,11 +427,12 @@ def test_format2_settings_read_as_no_experts():
 
 def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     """With the shipped model and every expert, the mixer's weight rows start from those learned
-    on text (`bench/mixer_prior.py`); every frame and reset starts there again. Online mode and
-    other experts keep the hand-set start."""
+    on text (`bench/mixer_prior.py`); every frame and reset starts there again. Online mode starts
+    from its own prior; the fast level (no network) and other experts keep the hand-set start."""
     s = make_settings(model=model, device="cpu")
     assert s.mix.prior == DEFAULT_PRIOR
-    assert make_settings(model=None, device="cpu").mix.prior == ""
+    assert make_settings(model=None, device="cpu").mix.prior == ONLINE_PRIOR
+    assert make_settings(model=None, device="cpu", hidden=0).mix.prior == ""  # --fast
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
     W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
@@ -470,6 +472,11 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
         first = compress(data, model=model, device="cpu", threads=1, prior=earlier)
         assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == earlier
         assert decompress(first) == data
+    # online mode names its own prior, and files coded online before it existed decode without it
+    online = compress(data, model=None, device="cpu", threads=1)
+    assert parse_header(online)[0]["settings"]["mix"]["prior"] == ONLINE_PRIOR and decompress(online) == data
+    hand_set = compress(data, model=None, device="cpu", threads=1, prior="")
+    assert hand_set != online and decompress(hand_set) == data
     # a prior this version does not know: a one-line error, not a wrong decode
     future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
     with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
