@@ -13,9 +13,10 @@ comes out with its recorded hash, 2026-12-04).
 
     python bench/mixer_prior.py [--prior text3] [-o dyncompress/prior_text3.npz]
     python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
+    python bench/mixer_prior.py --compare none,online1     # online mode's (none: hand-set) on ONLINE_PANEL
 
 (Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2 and text3, 1.9 MB, about 2;
---compare, about a minute per prior.)
+--compare, about a minute per prior; in online mode, on ONLINE_PANEL, about seven.)
 """
 
 from __future__ import annotations
@@ -84,20 +85,32 @@ PANEL = (
     "english_prose/gutenberg_austen.txt", "multilingual/dcc_large/deu/freud.txt",
     "multilingual/dcc_large/zho/digong.txt", "calgary/obj2",
 )  # fmt: skip
-PANEL_BYTES = 150_000
+# online mode's: texts where `auto` chooses it (and two where it does not), none in online1's sources,
+# their first 100 kB each
+ONLINE_PANEL = (
+    "multilingual/dcc_large/zho/digong.txt", "multilingual/zho_simplified_hongloumeng.txt",
+    "multilingual/dcc_large/jpn/morley.txt", "multilingual/dcc_large/jpn/mushanokoji1.txt",
+    "multilingual/dcc_large/rus/derzhavin.txt", "calgary/obj2", "calgary/pic", "calgary/geo",
+    "canterbury/alice29.txt", "calgary/news",
+)  # fmt: skip
+PANEL_BYTES = {False: 150_000, True: 100_000}
 
 
 def compare(names: list[str], model) -> None:
     """Bytes of every PANEL text at the default level with each prior in `names` (the first is the
-    reference), PPMd order 6 beside them."""
+    reference; none: the hand-set start), PPMd order 6 beside them; online mode's priors on
+    ONLINE_PANEL in online mode."""
+    online = any(PRIORS.get(n, ({},))[0].get("online") for n in names)
+    model, panel, size = (None, ONLINE_PANEL, PANEL_BYTES[True]) if online else (model, PANEL, PANEL_BYTES[False])
     print(f"# bench/mixer_prior.py --compare, {datetime.date.today()}, {platform.machine()}")
-    print("| text (first 150 kB) | PPMd o6 bits/byte | " + " | ".join(f"{n} bytes" for n in names) + " |")
+    print(f"| text (first {size // 1000} kB) | PPMd o6 bits/byte | " + " | ".join(f"{n} bytes" for n in names) + " |")
     print("|---|---:|" + "---:|" * len(names))
     totals = np.zeros(len(names))
-    for path in PANEL:
-        data = (SHARED / path).read_bytes()[:PANEL_BYTES]
+    for path in panel:
+        data = (SHARED / path).read_bytes()[:size]
         s = make_settings(model=model, size_hint=len(data))
-        sizes = [measure(data, replace(s, mix=replace(s.mix, prior=n)), model).bits / 8 for n in names]
+        priors = ["" if n == "none" else n for n in names]
+        sizes = [measure(data, replace(s, mix=replace(s.mix, prior=n)), model).bits / 8 for n in priors]
         totals += sizes
         cells = [f"{sizes[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / sizes[0] - 1):+.2f} %)" for b in sizes[1:]]
         ppmd = ppmd_bpb(data)

@@ -78,8 +78,11 @@ high rate of a new row; text3's (text2's rows, the default since 2026-12-04) at 
 learned down to: its mean step count in those codings, at most 128 (eight texts of 150 kB
 0.09 ... 1.2 % smaller than with text2). On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
-of that); in online mode (a random network) it was mixed (Chinese 0.3 % smaller, calgary/obj2
-0.4 % larger), so online mode keeps the hand-set start.
+of that). A pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
+0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
+mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
+other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % larger). The fast level
+(no network) starts from the hand-set weights.
 
 All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
 in the same step, the lane with the lower index decides a tag, and their counts add (integer

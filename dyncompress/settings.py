@@ -113,7 +113,8 @@ EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column")
 ALL_EXPERTS = ",".join(EXPERTS)
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
-# experts are these; online mode and other experts start from the hand-set weights (`mix.Experts`).
+# experts are these, online mode's from ONLINE_PRIOR; the fast level (no network) and other experts
+# start from the hand-set weights (`mix.Experts`).
 MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS, "online1": ALL_EXPERTS}
 # text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
 # the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
