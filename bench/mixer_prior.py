@@ -7,7 +7,7 @@ prior was made with (`PRIORS`, pinned); the rows of every weight set (match buck
 order seen with its count bucket, previous byte, and the hashes of the last two bytes, the current
 word and the last three) are then averaged over the sources, for the fast mixer and the slow, in
 integers (rounded half up), so the file comes out the same on every machine. A prior with settled
-rates (text3) also starts every row at the mean of the steps it took in the three codings (floored),
+rates (text3, online1) also starts every row at the mean of the steps it took in the three codings (floored),
 at most `settled` steps. Prints the SHA-256 to record in `mix.PRIOR_SHA256` (every shipped prior
 comes out with its recorded hash, 2026-12-04).
 
