@@ -34,7 +34,7 @@ from exact_vs_float import ROOT, SHARED
 from dyncompress.api import resolve_model
 from dyncompress.codec import Codec, encode_block
 from dyncompress.measure import measure
-from dyncompress.mix import prior_sha256
+from dyncompress.mix import load_prior, prior_sha256
 from dyncompress.settings import ALL_EXPERTS, make_settings
 
 # Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish, each coded
@@ -47,6 +47,7 @@ from dyncompress.settings import ALL_EXPERTS, make_settings
 # to rather than 16 times the settled rate: on eight texts of 150 kB 0.09 ... 1.2 % smaller; at most
 # 32 or 64 steps, or the mean itself, gained less, BENCHMARKS.md).
 SETTLED = {"text3": 128}  # the most steps a row of these priors starts with (the others start at 0)
+ROWS_FROM = {"text3": "text2"}  # priors whose rows are another's: their file names it (checked equal)
 PRIORS = {
     "text1": (
         dict(rule="rms-decay", tlm_relative=1.1),
@@ -153,7 +154,13 @@ def main() -> None:
     arrays = dict(W=W.astype(np.int32), W_slow=W_slow.astype(np.int32))
     if args.prior in SETTLED:
         arrays["updates"] = np.minimum(sum(rows[2] for rows in learned) // n, SETTLED[args.prior]).astype(np.int32)
-    np.savez_compressed(output, **arrays)
+    saved = dict(arrays)
+    if args.prior in ROWS_FROM:  # the file names the prior with these rows instead of holding them
+        base = load_prior(ROWS_FROM[args.prior], W.shape)
+        if not (np.array_equal(base[0], W) and np.array_equal(base[1], W_slow)):
+            raise SystemExit(f"the rows differ from {ROWS_FROM[args.prior]}'s: cannot take them from it")
+        saved = dict(rows_from=np.array(ROWS_FROM[args.prior]), updates=arrays["updates"])
+    np.savez_compressed(output, **saved)
     print(f"{output}: rows {W.shape}, sha256 {prior_sha256(*arrays.values())}")
 
 

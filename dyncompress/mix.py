@@ -133,7 +133,8 @@ APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
 # every weight set, for the fast mixer and the slow, from text3 on every row's starting step count
 # too, and the SHA-256 of their int64 little-endian bytes (W | W_slow | updates, where there are
-# step counts). Made by `bench/mixer_prior.py`.
+# step counts). A prior whose rows are another's names it (`rows_from`: text3 has text2's rows) and
+# holds only its step counts. Made by `bench/mixer_prior.py`.
 PRIOR_SHA256 = {
     "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
     "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
@@ -190,9 +191,15 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     file = f"prior_{name}.npz"
     try:
         with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
-            arrays = [npz[k].astype(np.int64) for k in ("W", "W_slow", "updates")[: 2 + ("updates" in npz)]]
+            rows_from = str(npz["rows_from"]) if "rows_from" in npz else None
+            rows = [npz[k].astype(np.int64) for k in ("W", "W_slow")] if rows_from is None else []
+            arrays = rows + ([npz["updates"].astype(np.int64)] if "updates" in npz else [])
     except (OSError, KeyError, ValueError) as e:
         raise ExactnessError(f"cannot read the mixer prior {name} ({file}): {e}") from None
+    if rows_from is not None:
+        if rows_from not in PRIOR_SHA256 or rows_from == name:
+            raise ExactnessError(f"mixer prior {file} takes its rows from an unknown prior {rows_from!r}: reinstall")
+        arrays = [*load_prior(rows_from, shape)[:2], *arrays]
     got = prior_sha256(*arrays)
     if got != PRIOR_SHA256[name]:
         raise ExactnessError(f"mixer prior {file} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")

@@ -524,7 +524,7 @@ def make_settings(
         overrides["threads"] = default_threads()
     if settings is None and model is None and (overrides.get("sparse") or overrides.get("lora")):
         raise ValueError(FROZEN_NEEDS_MODEL)
-    if settings is None and "prior" not in overrides and (model is not None or overrides.get("hidden", base.hidden)):
+    if settings is None and "prior" not in overrides and not fast:
         # the mixer starts from the weights learned on text, where they fit the experts: a pretrained
         # model's from DEFAULT_PRIOR, online mode's from ONLINE_PRIOR (the fast level has no network)
         experts = overrides.get("experts", base.mix.experts)
