@@ -536,12 +536,29 @@ def vote_record(at, rec, p, longest):
     at[2], at[1], at[0] = at[1], at[0], p
 
 
+@njit(cache=True, inline="always")
+def match_length(hist, hb, cand, b, pos_b, match_check):
+    """How many of the bytes before history index `cand` (at most match_check) equal lane b's last ones."""
+    n = np.int64(1) << hb
+    c_lane, c_off = cand >> hb, cand & (n - 1)
+    length = 0
+    for back in range(1, match_check + 1):
+        theirs = hist[(c_lane << hb) | ((c_off - back) & (n - 1))]
+        ours = hist[(np.int64(b) << hb) | ((pos_b - back) & (n - 1))]
+        if theirs != ours:
+            break
+        length += 1
+    return length
+
+
 @njit(cache=True)
 def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
-            match_check, match_max, use_record, rec_at, rec, longest, use_column, lines):  # fmt: skip
+            match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
     hashes move on, the record length is voted on, a line feed starts a line, and lanes without a
-    match look one up; every lane then files its position."""
+    match look one up; every lane then files its position. With match_lane, the match table has a
+    second half of 2^table_bits slots where every lane files under its own salt, looked up first:
+    a repeat in the lane's own text wins over a more recent one in another lane's."""
     n = np.int64(1) << hb
     if use_match:
         for b in range(k):  # every check reads the history before any lane writes to it
@@ -578,30 +595,35 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
             word[b, 0] = (cur ^ low) * P1 + ONE_U if letter else np.uint64(0)
     if not use_match:
         return
-    slots = np.empty(k, dtype=np.int64)
-    cands = np.empty(k, dtype=np.int64)
+    slots = np.empty((k, 2), dtype=np.int64)  # the shared slot, the lane's own
+    cands = np.empty((k, 2), dtype=np.int64)
     key_mask = np.uint64((1 << (8 * match_min)) - 1)
     shift = U64 - np.uint64(table_bits)
+    size = np.int64(1) << table_bits
     for b in range(k):  # every lookup reads the table before any lane files
-        slots[b] = np.int64(mix64(last[b] & key_mask) >> shift)
-        cands[b] = match_table[slots[b]] - 1
+        key = last[b] & key_mask
+        slots[b, 0] = np.int64(mix64(key) >> shift)
+        cands[b, 0] = match_table[slots[b, 0]] - 1
+        if match_lane:
+            slots[b, 1] = size + np.int64(mix64(key ^ (np.uint64(b + 1) * P2)) >> shift)
+            cands[b, 1] = match_table[slots[b, 1]] - 1
     for b in range(k):
-        cand = cands[b]
-        if mlen[b] != 0 or pos[b] < match_min or cand < 0:
+        if mlen[b] != 0 or pos[b] < match_min:
             continue
-        c_lane, c_off = cand >> hb, cand & (n - 1)
-        length = 0
-        for back in range(1, match_check + 1):
-            theirs = hist[(c_lane << hb) | ((c_off - back) & (n - 1))]
-            ours = hist[(np.int64(b) << hb) | ((pos[b] - back) & (n - 1))]
-            if theirs != ours:
+        for c in range(1 if match_lane else 0, -1, -1):  # the lane's own first
+            cand = cands[b, c]
+            if cand < 0:
+                continue
+            length = match_length(hist, hb, cand, b, pos[b], match_check)
+            if length >= match_min:
+                mlen[b] = length
+                ptr[b] = cand
                 break
-            length += 1
-        if length >= match_min:
-            mlen[b] = length
-            ptr[b] = cand
     for b in range(k - 1, -1, -1):  # the lowest lane files last
-        match_table[slots[b]] = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
+        here = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
+        match_table[slots[b, 0]] = here
+        if match_lane:
+            match_table[slots[b, 1]] = here
 
 
 @njit(cache=True, inline="always")
@@ -659,7 +681,7 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
     W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max,
-    use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
+    match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
     mixers' steps in the first `split_sets` weight sets and the first `split_tables` count tables
@@ -687,5 +709,5 @@ def learn_parts(
                 mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S)
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
-                match_check, match_max, use_record, rec_at, rec, longest, use_column, lines,
+                match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines,
             )  # fmt: skip

@@ -136,8 +136,16 @@ class MixSettings:
     alone, as format 2 coded."""
 
     experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
-    table_bits: int = 17  # rows of each hashed context table (and the match table): 2^table_bits
+    table_bits: int = 17  # rows of each hashed context table: 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
+    # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before 0.5 have it). 2^17
+    # slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller at 2^20, 0.58 %
+    # at 2^22 (BENCHMARKS.md)
+    match_bits: int = 19
+    # a second half of the match table where every lane files under its own salt, looked up first (a
+    # repeat in the lane's own text wins): enwik8's head 0.27 % smaller with 2^20 slots, alice29,
+    # book1, Austen, German 0.04 ... 0.08 % (False: files made before 0.5)
+    match_lane: bool = True
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
@@ -152,6 +160,7 @@ class MixSettings:
             ),
             (10 <= self.table_bits <= 24, "table bits must be 10 ... 24"),
             (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
+            (self.match_bits == 0 or 10 <= self.match_bits <= 24, "match bits must be 10 ... 24 (0: the table bits)"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
             (
@@ -372,10 +381,15 @@ def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> i
 
 
 def tables_for_size(mix: MixSettings, size: int) -> dict:
-    """Smaller tables for a small input: about as many rows as it has bytes (at least 2^12) and
-    twice its size of history; its contexts still fit, and it touches fewer pages of memory."""
+    """Smaller tables for a small input: about as many rows and match slots as it has bytes (at
+    least 2^12) and twice its size of history; its contexts still fit, and it touches fewer pages of
+    memory."""
     bits = size.bit_length()
-    return {"table_bits": max(12, min(mix.table_bits, bits)), "history_bits": max(12, min(mix.history_bits, bits + 1))}
+    return {
+        "table_bits": max(12, min(mix.table_bits, bits)),
+        "history_bits": max(12, min(mix.history_bits, bits + 1)),
+        "match_bits": max(12, min(mix.match_bits or mix.table_bits, bits)),
+    }
 
 
 MAX_DEFAULT_THREADS = 4

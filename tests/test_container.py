@@ -10,6 +10,7 @@ import pytest
 from dyncompress.container import (
     MAGIC,
     META_DICTS,
+    MIX_ADDED,
     VERSION,
     Block,
     End,
@@ -58,7 +59,9 @@ def test_the_settings_record_is_deflated_and_checked():
     packed = pack_header(meta)
     assert packed == _deflated_header(meta, VERSION) and len(packed) < 60 < 800 < len(dictionary)
     read, end = parse_header(packed)
-    assert end == len(packed) and read == {**meta, "format": VERSION}
+    # a mixer setting added since the record was made reads as off (MIX_ADDED)
+    settings = {**meta["settings"], "mix": {**MIX_ADDED, **meta["settings"]["mix"]}}
+    assert end == len(packed) and read == {**meta, "settings": settings, "format": VERSION}
     body = packed[14:-4]
     for bad in (body + b"\x00", body[:-1], json.dumps(meta).encode()):
         head = MAGIC + struct.pack("<HI", VERSION, len(bad)) + bad
@@ -140,13 +143,15 @@ def test_every_single_byte_corruption_is_caught():
 
 def test_a_format3_header_reads_with_its_own_dictionary():
     """Format 3 (development builds of 0.4) deflated its meta with another dictionary: its headers
-    still read, and a mixer record without the prior means none."""
+    still read, and a mixer record without the prior means none (and the match table of then:
+    2^table_bits slots, shared)."""
     meta = json.loads(META_DICTS[3])  # the typical record of format 3's first files
     meta["fingerprint"] = "fedcba9876543210"
     packed = _deflated_header(meta, 3)
     assert len(packed) < 100 < len(META_DICTS[3])
     read, end = parse_header(packed + b"rest")
-    assert end == len(packed) and read["settings"]["mix"].pop("prior") == ""
+    mix = read["settings"]["mix"]
+    assert end == len(packed) and [mix.pop(k) for k in ("prior", "match_bits", "match_lane")] == ["", 0, False]
     assert read == {**meta, "format": 3}
     # the same body labelled format 4 (CRC made good) is read with format 4's dictionary: refused
     relabelled = MAGIC + struct.pack("<H", 4) + packed[len(MAGIC) + 2 : -4]

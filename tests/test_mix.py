@@ -185,6 +185,24 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
                 assert evidence[j] <= 4096 * math.log(2.0**-29)
 
 
+def test_a_lane_finds_a_repeat_in_its_own_text_before_a_newer_one_in_another_lane():
+    """match_lane: lane 0 repeats its own "hello world!", which lane 1 wrote later, followed by
+    another byte. The lane's own salted half of the match table points back into lane 0's history,
+    and the match predicts what followed there; the shared half alone (files made before 0.5) takes
+    lane 1's newer occurrence."""
+    lanes = (b"hello world!0" + b"z" * 20 + b"hello world!", b"q" * 20 + b"hello world!1" + b"q" * 12)
+    for own in (True, False):
+        experts = Experts(MixSettings(experts="orders,match", table_bits=12, match_bits=12, match_lane=own), 2)
+        assert experts.match_table.shape == ((1 + own) << 12,)
+        for a, b in zip(*lanes, strict=True):
+            freqs, used = experts.mix(np.zeros((2, 256)))
+            experts.learn(used, freqs, np.array([a, b]), 2)
+        assert experts.mlen[0] >= 12
+        assert experts.ptr[0] >> experts.hb == (0 if own else 1)
+        freqs, used = experts.mix(np.zeros((2, 256)))
+        assert used["E"][0, -1].argmax() == ord("0" if own else "1")
+
+
 def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
     """The mixed logits are the mean of two mixers' over the same rows (each the sum of its chosen
     rows times the evidence, in units of 2^-16, clamped); from equal weights, the second's step is
@@ -369,11 +387,13 @@ def test_table_sizes_are_bounded_and_stated():
     full = 1 << default.mix.table_bits
     assert experts.counts.shape == (256 + 65536 + 4 * full + 4 * full // 2 + 65536 + 2 * (full // 16), 256)
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
-    assert experts.match_table.shape == (1 << default.mix.table_bits,)
+    # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
+    assert default.mix.match_lane and experts.match_table.shape == (2 << default.mix.match_bits,)
     assert experts.hist.size <= 1 << default.mix.history_bits
     # a small input gets small tables (and the same from a streaming encoder: one block)
     small = make_settings(model=None, device="cpu", size_hint=5000)
-    assert small.mix.table_bits == 13 and table_bytes(small.mix, small.lanes) < table_bytes(default.mix, 16) / 4
+    assert small.mix.table_bits == small.mix.match_bits == 13
+    assert table_bytes(small.mix, small.lanes) < table_bytes(default.mix, 16) / 4
     assert table_bytes(MixSettings(experts=""), 16) == 0
 
 
