@@ -138,13 +138,13 @@ class MixSettings:
     experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
     table_bits: int = 17  # rows of each hashed context table: 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
-    # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before 0.5 have it). 2^17
-    # slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller at 2^20, 0.58 %
-    # at 2^22 (BENCHMARKS.md)
+    # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before match_bits have
+    # it). 2^17 slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller with
+    # 2^20 shared slots; 2^19 keeps the default's tables under 256 MB (BENCHMARKS.md, 2026-12-04)
     match_bits: int = 19
     # a second half of the match table where every lane files under its own salt, looked up first (a
     # repeat in the lane's own text wins): enwik8's head 0.27 % smaller with 2^20 slots, alice29,
-    # book1, Austen, German 0.04 ... 0.08 % (False: files made before 0.5)
+    # book1, Austen, German 0.04 ... 0.08 % (False: files made before match_lane)
     match_lane: bool = True
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)

@@ -188,7 +188,7 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
 def test_a_lane_finds_a_repeat_in_its_own_text_before_a_newer_one_in_another_lane():
     """match_lane: lane 0 repeats its own "hello world!", which lane 1 wrote later, followed by
     another byte. The lane's own salted half of the match table points back into lane 0's history,
-    and the match predicts what followed there; the shared half alone (files made before 0.5) takes
+    and the match predicts what followed there; the shared half alone (files made before match_lane) takes
     lane 1's newer occurrence."""
     lanes = (b"hello world!0" + b"z" * 20 + b"hello world!", b"q" * 20 + b"hello world!1" + b"q" * 12)
     for own in (True, False):
