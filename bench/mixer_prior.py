@@ -107,10 +107,10 @@ def compare(names: list[str], model) -> None:
     print(f"| text (first {size // 1000} kB) | PPMd o6 bits/byte | " + " | ".join(f"{n} bytes" for n in names) + " |")
     print("|---|---:|" + "---:|" * len(names))
     totals = np.zeros(len(names))
+    priors = ["" if n == "none" else n for n in names]
     for path in panel:
         data = (SHARED / path).read_bytes()[:size]
         s = make_settings(model=model, size_hint=len(data))
-        priors = ["" if n == "none" else n for n in names]
         sizes = [measure(data, replace(s, mix=replace(s.mix, prior=n)), model).bits / 8 for n in priors]
         totals += sizes
         cells = [f"{sizes[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / sizes[0] - 1):+.2f} %)" for b in sizes[1:]]

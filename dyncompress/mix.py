@@ -248,9 +248,8 @@ class Experts:
         self.use_record = "record" in names
         self.use_column = "column" in names
         self.use_hist = self.use_match or self.use_record or self.use_column  # they read the history
-        # the match table's slots (2^match_bits; files before match_bits: table_bits), twice that with
-        # the lanes' own half (match_lane)
-        self.match_bits = s.match_bits or s.table_bits
+        # the match table's slots (`MixSettings.match_slot_bits`), twice that with the lanes' own half
+        self.match_bits = s.match_slot_bits
         self.match_lane = bool(s.match_lane and self.use_match)
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits

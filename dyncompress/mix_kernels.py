@@ -552,12 +552,12 @@ def match_length(hist, hb, cand, b, pos_b, match_check):
 
 
 @njit(cache=True)
-def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
+def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
             match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
     hashes move on, the record length is voted on, a line feed starts a line, and lanes without a
     match look one up; every lane then files its position. With match_lane, the match table has a
-    second half of 2^table_bits slots where every lane files under its own salt, looked up first:
+    second half of 2^match_bits slots where every lane files under its own salt, looked up first:
     a repeat in the lane's own text wins over a more recent one in another lane's."""
     n = np.int64(1) << hb
     if use_match:
@@ -598,8 +598,8 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
     slots = np.empty((k, 2), dtype=np.int64)  # the shared slot, the lane's own
     cands = np.empty((k, 2), dtype=np.int64)
     key_mask = np.uint64((1 << (8 * match_min)) - 1)
-    shift = U64 - np.uint64(table_bits)
-    size = np.int64(1) << table_bits
+    shift = U64 - np.uint64(match_bits)
+    size = np.int64(1) << match_bits
     for b in range(k):  # every lookup reads the table before any lane files
         key = last[b] & key_mask
         slots[b, 0] = np.int64(mix64(key) >> shift)
@@ -680,7 +680,7 @@ def frequencies(z, exp, out):
 def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
     W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
-    use_match, use_words, hist, ptr, mlen, pos, word, match_table, table_bits, match_min, match_check, match_max,
+    use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
     match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
@@ -708,6 +708,6 @@ def learn_parts(
                 S = sets.shape[1]
                 mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S)
             advance(
-                y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, table_bits, match_min,
+                y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
                 match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines,
             )  # fmt: skip

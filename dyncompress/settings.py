@@ -180,6 +180,11 @@ class MixSettings:
     def expert_names(self) -> tuple[str, ...]:
         return tuple(name for name in self.experts.split(",") if name)
 
+    @property
+    def match_slot_bits(self) -> int:
+        """The match table's slots: 2^match_bits, or 2^table_bits in files made before match_bits."""
+        return self.match_bits or self.table_bits
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -388,7 +393,7 @@ def tables_for_size(mix: MixSettings, size: int) -> dict:
     return {
         "table_bits": max(12, min(mix.table_bits, bits)),
         "history_bits": max(12, min(mix.history_bits, bits + 1)),
-        "match_bits": max(12, min(mix.match_bits or mix.table_bits, bits)),
+        "match_bits": max(12, min(mix.match_slot_bits, bits)),
     }
 
 
