@@ -393,7 +393,7 @@ MODEL_HELP = (
     "--lanes",
     click.IntRange(1),
     "Parallel streams per block, coded as one batch (more: faster, larger output) "
-    f"[-6: {MODEL_LEVELS[DEFAULT_LEVEL]['lanes']}, online {D.lanes}; fewer for a small input].",
+    f"[-6: {MODEL_LEVELS[DEFAULT_LEVEL]['lanes']}, online {D.lanes}; fewer for a small input or a frame].",
 )
 @knob("--segment-len", click.IntRange(1), f"Bytes per lane between two gradient steps [-6: {D.segment_len}].")
 @knob(
@@ -507,8 +507,9 @@ def encode(
     --rule R adapts the whole network instead (on some texts, such as old
     English verse, that codes smaller, at about half the speed).
 
-    A small input gets fewer lanes (one per 40 kB). With --online the level
-    picks the network's size instead. --fast codes without a network: the
+    A small input gets fewer lanes (one per 40 kB), and the frames of a longer
+    input three quarters of the level's. With --online the level picks the
+    network's size instead. --fast codes without a network: the
     byte statistics and their mixer alone, about 6 times faster.
     """
     with loading():

@@ -379,6 +379,20 @@ def coded_size(size: int | None, frame_size: int) -> int | None:
     return size
 
 
+# A frame of a longer input codes at three quarters of the level's lanes (2026-12-04). What a frame's
+# restart costs is mostly its lanes' shorter past, not the statistics it loses: the 3.5 MB enwik8
+# head's two halves alone at 8 lanes cost +1.27 % against the whole at 8, at 6 lanes +0.91 %, at 4
+# +0.41 %; and the frames code in parallel, so they can afford the slower lanes: the halves at 6
+# lanes side by side took 102 s, the whole at 8 lanes 186 s (1.82 times the throughput; at 4 lanes
+# 1.55 times). BENCHMARKS.md. The fast level keeps its lanes (no network: lanes cost it little).
+FRAME_LANES = (3, 4)
+
+
+def frame_lanes(lanes: int) -> int:
+    """The lanes of every frame of an input longer than one frame (`FRAME_LANES`)."""
+    return max(1, lanes * FRAME_LANES[0] // FRAME_LANES[1])
+
+
 def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> int:
     """Fewer lanes for a small input: on alice29 (152 kB) 4 lanes beat 16 by 0.17 bits per byte, 3
     beat 4 by 0.003."""
@@ -506,8 +520,8 @@ def make_settings(
     model's; without, it sets the online network (`LEVELS`). The device defaults to CUDA when
     available, else the CPU; the threads to the usable cores (at most 4). With `size_hint` (the
     input's length, when known) and no explicit `lanes`, a small input gets fewer lanes
-    (`lanes_for_size`): each lane then sees more gradient steps. A complete `settings` is taken as
-    it is (overrides still apply).
+    (`lanes_for_size`): each lane then sees more gradient steps; one cut into frames, three quarters
+    of the level's (`frame_lanes`). A complete `settings` is taken as it is (overrides still apply).
     """
     if settings is not None and level is not None:
         raise TypeError("give either settings or a level, not both")
@@ -535,6 +549,8 @@ def make_settings(
     size = coded_size(size_hint, frame_size)
     if settings is None and size is not None and not lanes_given:
         lanes, per_lane = (overrides["lanes"], FAST_LANE_BYTES) if fast else (base.lanes, MIN_LANE_BYTES)
+        if not fast and size_hint is not None and size < size_hint:  # cut into frames (`FRAME_LANES`)
+            lanes = frame_lanes(lanes)
         overrides["lanes"] = lanes_for_size(lanes, size, per_lane)
     # tables sized to that, when it fits one block (a streaming encoder knows that size too)
     if settings is None and size is not None and size <= overrides.get("block_size", base.block_size):

@@ -11,6 +11,7 @@ from dyncompress.settings import (
     Settings,
     _apply,
     _from_dict,
+    frame_lanes,
     level_settings,
     make_settings,
 )
@@ -52,6 +53,20 @@ def test_nested_configs_need_no_special_case():
     assert _from_dict(_Outer, {"lanes": 3, "adapt": AdaptSettings().__dict__, "mixer": {"gates": 9}}).mixer.gates == 9
     with pytest.raises(TypeError, match="unknown setting"):
         _apply(_Outer(), {"gatez": 1})
+
+
+def test_an_input_cut_into_frames_codes_them_at_three_quarters_of_the_lanes():
+    def lanes(size, frame_size, **kw):
+        return make_settings(level=6, size_hint=size, frame_size=frame_size, device="cpu", **kw).lanes
+
+    whole = level_settings(6, "cpu").lanes
+    assert lanes(3_500_000, 0) == lanes(3_500_000, 4 << 20) == lanes(None, 4 << 20) == whole  # one frame, or unknown
+    assert lanes(3_500_000, 1_750_000) == lanes(100_000_000, 4 << 20) == frame_lanes(whole) == whole * 3 // 4
+    assert lanes(1_000_000, 200_000) == 4  # and 40 kB per lane at least, as any input
+    assert lanes(3_500_000, 1_750_000, lanes=whole) == whole  # explicit wins
+    fast = make_settings(size_hint=10**7, frame_size=1 << 22, device="cpu", hidden=0)
+    assert fast.lanes == 64  # the fast level keeps its lanes
+    assert [frame_lanes(n) for n in (1, 2, 4, 8, 16)] == [1, 1, 3, 6, 12]
 
 
 def test_levels_are_valid_and_the_default_is_level_6():
