@@ -6,10 +6,11 @@
 set -u
 D=$PWD/.whl/d
 if [ "${1:-}" = prepare ]; then
+  [ -f "${2:-}" ] || { echo "usage: bash bench/gpu_device.sh prepare ENWIK8_HEAD (from the checkout)"; exit 2; }
   mkdir -p "$D" || exit 1
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl constriction==0.5.0 || exit 1
-  cp corpora/alice29.txt "$D/alice29.txt"
+  cp corpora/alice29.txt "$D/alice29.txt" || exit 1
   head -c 800000 "$2" > "$D/e800"; head -c 60000 "$D/e800" > "$D/e60"; head -c 500000 "$D/e800" > "$D/e500"
   dyncompress encode --lanes 16 -c "$D/alice29.txt" > "$D/alice.dc"
   dyncompress encode -9 --lanes 8 -c "$D/e60" > "$D/e60_l9.dc"

@@ -385,12 +385,9 @@ def coded_size(size: int | None, frame_size: int) -> int | None:
 # +0.41 %; and the frames code in parallel, so they can afford the slower lanes: the halves at 6
 # lanes side by side took 102 s, the whole at 8 lanes 186 s (1.82 times the throughput; at 4 lanes
 # 1.55 times). BENCHMARKS.md. The fast level keeps its lanes (no network: lanes cost it little).
-FRAME_LANES = (3, 4)
-
-
 def frame_lanes(lanes: int) -> int:
-    """The lanes of every frame of an input longer than one frame (`FRAME_LANES`)."""
-    return max(1, lanes * FRAME_LANES[0] // FRAME_LANES[1])
+    """The lanes of every frame of an input longer than one frame: three quarters of `lanes`."""
+    return max(1, lanes * 3 // 4)
 
 
 def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> int:
@@ -549,7 +546,7 @@ def make_settings(
     size = coded_size(size_hint, frame_size)
     if settings is None and size is not None and not lanes_given:
         lanes, per_lane = (overrides["lanes"], FAST_LANE_BYTES) if fast else (base.lanes, MIN_LANE_BYTES)
-        if not fast and size_hint is not None and size < size_hint:  # cut into frames (`FRAME_LANES`)
+        if not fast and size_hint is not None and size < size_hint:  # cut into frames (`frame_lanes`)
             lanes = frame_lanes(lanes)
         overrides["lanes"] = lanes_for_size(lanes, size, per_lane)
     # tables sized to that, when it fits one block (a streaming encoder knows that size too)
