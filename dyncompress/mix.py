@@ -224,10 +224,29 @@ def table_sizes(
     the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
     on alice29 and 0.12 % on enwik8 [3.0M, 3.5M); halving order 8's makes room for the APM's
     (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %)."""
+    names = table_names(orders, words, gap, record, column)
+    sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
+    return sizes[: len(sizes) - record - column] + [(1 << tb) >> 4] * (record + column)
+
+
+DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
+
+
+def table_names(orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False) -> list[str]:
+    """The count tables in the order `mix_kernels.context_rows` fills them."""
     names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
-    direct = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}
-    sizes = [direct.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
-    return sizes + [(1 << tb) >> 4] * record + [(1 << tb) >> 4] * column
+    return names + ["record"] * record + ["column"] * column
+
+
+def dense_evidence(ev: tuple, b: int) -> np.ndarray:
+    """Lane b's evidence (n_in, 256) from the sparse form `mix_kernels.mix_step` leaves (for
+    inspection: the kernels read the sparse form)."""
+    E0, base, ent, n_ent = ev
+    out = np.repeat(base[b][:, None], 256, axis=1)
+    out[0] = E0[b]
+    for i, j, d in ent[b, : n_ent[b]]:
+        out[i, j] += d
+    return out
 
 
 def table_bytes(s: MixSettings, lanes: int) -> int:
@@ -254,11 +273,20 @@ class Experts:
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        sizes = table_sizes(tb, self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column)
+        kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column)
+        sizes = table_sizes(tb, *kinds)
         self.K = len(sizes)
         # the tables that choose the highest context seen (not the record's and column's, which come last)
         self.n_seen = self.K - self.use_record - self.use_column
-        self.base = np.cumsum([0] + sizes)[:-1].astype(np.int64)
+        # rows of 256 counts for the direct tables (and every table where s.slots is 0); the hashed
+        # ones' rows are s.slots (byte, count) pairs. The rows of counts come first in the row numbers.
+        self.n_slots = s.slots
+        dense = [not s.slots or name in DIRECT for name in table_names(*kinds)]
+        order = sorted(range(self.K), key=lambda t: not dense[t])
+        starts = np.cumsum([0] + [sizes[t] for t in order])[:-1]
+        self.base = np.zeros(self.K, dtype=np.int64)
+        self.base[order] = starts
+        self.n_dense = int(sum(n for n, d in zip(sizes, dense, strict=True) if d))
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
         self.masks = np.array([(1 << (8 * k)) - 1 for k in ORDERS], dtype=np.uint64)
@@ -302,7 +330,14 @@ class Experts:
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
-        self._E = np.zeros((B, self.n_in, 256), dtype=np.int32)  # |e| <= 2^17: half the bytes to stream
+        # the evidence, sparse (`mix_kernels.mix_step`): the network's logits less their maximum, every
+        # other input's value for most bytes, and (input, byte, difference) for the rest (|e| <= 2^18)
+        self._ev = (
+            np.zeros((B, 256), dtype=np.int32),
+            np.zeros((B, self.n_in), dtype=np.int64),
+            np.zeros((B, self.n_in * 256 + 8, 3), dtype=np.int32),
+            np.zeros(B, dtype=np.int64),
+        )
         self._sets = np.zeros((B, len(self.set_base)), dtype=np.int64)
         self._rows = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._tags = np.zeros((B, max(self.K, 1)), dtype=np.int64)
@@ -318,7 +353,8 @@ class Experts:
         """Bytes the tables and histories take at most (pages never touched take none)."""
         hist = self.B << self.hb if self.use_hist else 0
         match = self.match_table.nbytes if self.use_match else 0
-        return self.rows * (256 + 2 + 1) + hist + match + self.apm.nbytes + self.apm2.nbytes
+        counts = self.n_dense * 256 + (self.rows - self.n_dense) * 2 * self.n_slots
+        return counts + self.rows * (2 + 1) + hist + match + self.apm.nbytes + self.apm2.nbytes
 
     # --- state ----------------------------------------------------------------------
 
@@ -327,7 +363,9 @@ class Experts:
         coding touches take memory, and a reset costs nothing)."""
         B = self.B
         self._ready = False  # (`prepare`)
-        self.counts = np.zeros((self.rows, 256), dtype=np.uint8)
+        self.counts = np.zeros((self.n_dense, 256), dtype=np.uint8)
+        self.slot = np.zeros((max(self.rows - self.n_dense, 1), max(2 * self.n_slots, 2)), dtype=np.uint8)
+        self._tables = (self.counts, self.slot, self.n_dense)  # what the kernels read (`count_bytes`)
         self.tags = np.zeros(self.rows, dtype=np.uint16)
         self.recent = np.zeros(self.rows, dtype=np.uint8)  # the byte that last followed each context
         self.hist = np.zeros((B, 1 << self.hb if self.use_hist else 1), dtype=np.uint8)
@@ -349,8 +387,8 @@ class Experts:
         self.lines = np.zeros((B, 2), dtype=np.int64)  # where the current line and the one before it start
 
     ARRAYS = (
-        "counts", "tags", "recent", "hist", "match_table", "W", "W_slow", "updates", "last", "pos", "word", "ptr",
-        "mlen", "apm", "apm2", "rec_at", "rec", "lines",
+        "counts", "slot", "tags", "recent", "hist", "match_table", "W", "W_slow", "updates", "last", "pos", "word",
+        "ptr", "mlen", "apm", "apm2", "rec_at", "rec", "lines",
     )  # fmt: skip
 
     def state(self) -> dict[str, np.ndarray]:
@@ -360,6 +398,17 @@ class Experts:
         self._ready = False
         for k, v in state.items():
             getattr(self, k)[...] = v
+
+    def row_counts(self, row: int) -> np.ndarray:
+        """Count table row `row`'s count of every byte (256,), from a row of counts or of slots
+        (for inspection: the kernels read the rows themselves)."""
+        if row < self.n_dense:
+            return self.counts[row].astype(np.int64)
+        out = np.zeros(256, dtype=np.int64)
+        for byte, count in self.slot[row - self.n_dense].reshape(-1, 2):
+            if count:  # (an empty slot's count is 0; a row's bytes are distinct)
+                out[byte] = count
+        return out
 
     # --- predicting -----------------------------------------------------------------
 
@@ -375,9 +424,9 @@ class Experts:
                 self.hb, self.pos, self.rec, self.use_column, self.lines,
             )  # fmt: skip
             if self.parts > 1:
-                kernels.touch_parts(self.parts, self.counts, self.tags, self._rows)
+                kernels.touch_parts(self.parts, self._tables, self.tags, self._rows)
             else:
-                kernels.touch_rows(self.counts, self.tags, self._rows, 0, self.B)
+                kernels.touch_rows(self._tables, self.tags, self._rows, 0, self.B)
         self._ready = True
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -393,15 +442,15 @@ class Experts:
         parts, kernel = ((self.parts,), kernels.mix_parts) if self.parts > 1 else ((), kernels.mix_step)
         whole = () if self.parts > 1 else (0, B)  # (mix_step's run of lanes: all of them)
         kernel(
-            *parts, np.ascontiguousarray(logits), self._E, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
-            self.use_match, self.counts, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
+            *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
+            self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
             self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
         return freqs, {
-            "z": z, "E": self._E, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer,
+            "z": z, "ev": self._ev, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer,
             "f_fast": self._f_fast, "f_slow": self._f_slow,
         }  # fmt: skip
 
@@ -417,9 +466,9 @@ class Experts:
         if self.parts > 1:  # the same kernels, side by side (`split`, `mix_kernels.learn_parts`)
             kernels.learn_parts(
                 self.parts, self.use_apm, np.ascontiguousarray(freqs, dtype=np.int64), y, k, self.last, self.apm,
-                self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["E"], used["sets"], used["f_fast"],
+                self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["ev"], used["sets"], used["f_fast"],
                 used["f_slow"], self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
-                self.K > 0, used["rows"], used["tags"], self.counts, self.tags, self.recent, self.s.count_limit,
+                self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent, self.s.count_limit,
                 self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
                 self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.match_lane,
                 self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines, self.split_tables,
@@ -430,12 +479,12 @@ class Experts:
             coded = np.ascontiguousarray(freqs, dtype=np.int64)
             kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
         kernels.mixer_learn(
-            used["E"], used["sets"], used["f_fast"], used["f_slow"], y, k, self.W, self.W_slow, self.updates, self.lr,
+            used["ev"], used["sets"], used["f_fast"], used["f_slow"], y, k, self.W, self.W_slow, self.updates, self.lr,
             self.lr_start, RATE_SETTLE, W_BOUND,
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(
-                used["rows"], used["tags"], y, k, self.counts, self.tags, self.recent, self.s.count_limit, 0, self.K
+                used["rows"], used["tags"], y, k, self._tables, self.tags, self.recent, self.s.count_limit, 0, self.K
             )
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,

@@ -94,30 +94,33 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
 
 
 @njit(cache=True)
-def touch_rows(counts, tags, rows, lo, hi):
+def touch_rows(ct, tags, rows, lo, hi):
     """Read one byte of every cache line of the rows lanes lo ... hi - 1 are about to read (and
     their tags), all at once, so that their misses overlap instead of coming one row at a time (a
-    prefetch; returns a sum so that the reads stay)."""
+    prefetch; returns a sum so that the reads stay). ct: the count tables (`count_bytes`)."""
+    counts, slot, n_dense = ct
     total = 0
-    width = counts.shape[1]
     for b in range(lo, hi):
         for t in range(rows.shape[1]):
             row = rows[b, t]
             total += np.int64(tags[row])
-            for j in range(0, width, 64):
-                total += np.int64(counts[row, j])
+            if row < n_dense:
+                for j in range(0, 256, 64):
+                    total += np.int64(counts[row, j])
+            else:
+                total += np.int64(slot[row - n_dense, 0])
     return total
 
 
 @njit(cache=True, parallel=True)
-def touch_parts(parts, counts, tags, rows):
+def touch_parts(parts, ct, tags, rows):
     """`touch_rows` in the runs of lanes `mix_parts` mixes, each on its thread: every thread brings
     in the rows it will read itself (one thread for all: 7 % slower at --fast, the other core
     reading them from this one's cache)."""
     B = rows.shape[0]
     total = np.zeros(parts, dtype=np.int64)
     for p in prange(parts):
-        total[p] = touch_rows(counts, tags, rows, p * B // parts, (p + 1) * B // parts)
+        total[p] = touch_rows(ct, tags, rows, p * B // parts, (p + 1) * B // parts)
     return total.sum()
 
 
@@ -157,12 +160,17 @@ def ppm_log(v, ln_mant, ln2, floor):
 
 
 @njit(cache=True)
-def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, ln2, floor):
+def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln_mant, ln2, floor):
     """Lane b's PPM distribution (method C, with exclusion) over the order tables, as log
-    probabilities in `out` (256,): from the highest order seen down, each context gives its bytes
-    not yet given (excluded) count / (n + d) of what is left and passes on d / (n + d), with n the
-    counts and d the number of those bytes; what is left at the end is shared by the bytes no
-    context saw. Probabilities in units of 2^-PPM_BITS, every division floored."""
+    probabilities, input i of the mixer (`mix_step`'s evidence: base[b, i] for the bytes no context
+    saw, an entry from ent[b, m] on for each byte seen; returns the next free entry): from the
+    highest order seen down, each context gives its bytes not yet given (excluded) count / (n + d)
+    of what is left and passes on d / (n + d), with n the counts and d the number of those bytes;
+    what is left at the end is shared by the bytes no context saw. Probabilities in units of
+    2^-PPM_BITS, every division floored. A table of slots (`count_bytes`) gives the same for the
+    bytes its slots hold."""
+    counts, slot, n_dense = ct
+    n_slots = slot.shape[1] >> 1
     for j in range(256):
         excl[j] = False
         p[j] = 0
@@ -174,62 +182,89 @@ def ppm_evidence(b, rows, tagv, n_orders, counts, tags, out, excl, p, ln_mant, l
             continue
         n = 0
         d = 0
-        for w in range(32):  # eight counts at a time, skipping the words of zeros (most)
-            if words[row, w] == 0:
-                continue
-            for j in range(8 * w, 8 * w + 8):
-                c = np.int64(counts[row, j]) * np.int64(not excl[j])
+        r = row - n_dense
+        if r < 0:
+            for w in range(32):  # eight counts at a time, skipping the words of zeros (most)
+                if words[row, w] == 0:
+                    continue
+                for j in range(8 * w, 8 * w + 8):
+                    c = np.int64(counts[row, j]) * np.int64(not excl[j])
+                    n += c
+                    d += np.int64(c != 0)
+        else:
+            for q in range(n_slots):
+                c = np.int64(slot[r, 2 * q + 1]) * np.int64(not excl[slot[r, 2 * q]])
                 n += c
                 d += np.int64(c != 0)
         if n == 0:
             continue
         den = n + d
         inv = 1.0 / np.float64(den)
-        for w in range(32):
-            if words[row, w] == 0:
-                continue
-            for j in range(8 * w, 8 * w + 8):  # p_j is 0 where c is, and floor_div(0, ...) is 0
-                c = np.int64(counts[row, j]) * np.int64(not excl[j])
-                p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
+        if r < 0:
+            for w in range(32):
+                if words[row, w] == 0:
+                    continue
+                for j in range(8 * w, 8 * w + 8):  # p_j is 0 where c is, and floor_div(0, ...) is 0
+                    c = np.int64(counts[row, j]) * np.int64(not excl[j])
+                    p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
+                    excl[j] = excl[j] or c != 0
+        else:
+            for q in range(n_slots):  # a row's bytes are distinct (an empty slot's count is 0)
+                j = slot[r, 2 * q]
+                c = np.int64(slot[r, 2 * q + 1]) * np.int64(not excl[j])
+                p[j] += floor_div(left * c, den, inv)
                 excl[j] = excl[j] or c != 0
         left = left * d // den
     unseen = 0
     for j in range(256):
         unseen += np.int64(not excl[j])
     rest = ppm_log(left // unseen if unseen else 0, ln_mant, ln2, floor)
-    for j in range(256):  # the bytes no context saw, then those seen
-        out[j] = rest
+    base[b, i] = rest
     seen = excl.view(np.uint64)  # (32,): eight flags in a word
     for w in range(32):
         if seen[w] == 0:
             continue
         for j in range(8 * w, 8 * w + 8):
             if excl[j]:
-                out[j] = ppm_log(p[j], ln_mant, ln2, floor)
+                ent[b, m, 0] = i
+                ent[b, m, 1] = j
+                ent[b, m, 2] = ppm_log(p[j], ln_mant, ln2, floor) - rest
+                m += 1
+    return m
 
 
 @njit(cache=True)
 def mix_step(
-    logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last, word, W,
+    logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
     n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
-    which it leaves in E (B, n_in, 256) with the weight rows it chose in `sets` (B, 6); and from z
+    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6); and from z
     the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
     weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
     probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`). The first n_seen
     of the K count tables choose the highest context seen (the record context, last, does not).
     n_ppm: the order tables the PPM input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
-    those of z refined by `apm_refine`."""
-    n_in = E.shape[1]
+    those of z refined by `apm_refine`.
+
+    The evidence e_ij of input i for byte j is kept sparse, in ev = (E0, base, ent, n_ent): the
+    network's (input 0) whole in E0 (B, 256), every other input's as base[b, i] for every byte but
+    those listed in ent[b, :m] (m = n_ent[b]) as (i, j, e_ij - base[b, i]): a context's counts,
+    the PPM input's bytes seen, the one byte the match and the recent byte predict. The sums below
+    are the sums over all 256 bytes of every input regrouped, in integers: the same values to the
+    bit (the mixer's cost was not in these sums: at --fast as fast as the dense ones, 2026-12-04)."""
+    E0, base, ent, n_ent = ev
+    counts, slot, n_dense = ct
+    n_slots = slot.shape[1] >> 1
+    n_in = base.shape[1]
     n_count_edges = count_edges.shape[0]
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
     unseen = logt[0]  # a count of 0's evidence
-    weights = np.empty(n_in, dtype=np.int32)
-    weights_slow = np.empty(n_in, dtype=np.int32)
+    weights = np.empty(n_in, dtype=np.int64)
+    weights_slow = np.empty(n_in, dtype=np.int64)
     acc = np.empty(256, dtype=np.int64)
     acc_slow = np.empty(256, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
@@ -239,7 +274,9 @@ def mix_step(
         for j in range(256):
             top_logit = max(top_logit, logits[b, j])
         for j in range(256):
-            E[b, 0, j] = max(np.int64(np.rint(logits[b, j] - top_logit)), net_floor)
+            E0[b, j] = max(np.int64(np.rint(logits[b, j] - top_logit)), net_floor)
+        base[b, 0] = 0
+        m = 0
         order_seen = 0
         conf = 0
         if K:
@@ -250,17 +287,29 @@ def mix_step(
                 known = np.int64(tags[row]) == tagv[b, t]
                 total = 0
                 nonzero = 0
-                for j in range(256):  # an unseen byte's evidence first, then the bytes seen
-                    E[b, 1 + t, j] = unseen
-                if known:
+                base[b, 1 + t] = unseen  # an unseen byte's evidence, and an entry for each byte seen
+                if known and row < n_dense:
                     for w in range(32):  # eight counts at a time: most rows hold a few
                         if words[row, w] == 0:
                             continue
-                        for j in range(8 * w, 8 * w + 8):
+                        for j in range(8 * w, 8 * w + 8):  # every byte written, the count moves on where c > 0
                             c = np.int64(counts[row, j])
-                            E[b, 1 + t, j] = logt[c]
+                            ent[b, m, 0] = 1 + t
+                            ent[b, m, 1] = j
+                            ent[b, m, 2] = logt[c] - unseen
+                            m += np.int64(c != 0)
                             total += c
                             nonzero += np.int64(c != 0)
+                elif known:  # a table of slots: (byte, count) pairs, 0 counts empty
+                    r = row - n_dense
+                    for q in range(n_slots):
+                        c = np.int64(slot[r, 2 * q + 1])
+                        ent[b, m, 0] = 1 + t
+                        ent[b, m, 1] = slot[r, 2 * q]
+                        ent[b, m, 2] = logt[c] - unseen
+                        m += np.int64(c != 0)
+                        total += c
+                        nonzero += np.int64(c != 0)
                 if total > 0 and t < n_seen:  # the highest context seen so far (tables come in rising order)
                     order_seen = t + 1
                     top_total = total
@@ -270,20 +319,25 @@ def mix_step(
             while above < n_count_edges and count_edges[above] <= top_total:
                 above += 1
             conf = above * 2 + single
-            for j in range(256):
-                E[b, 1 + K, j] = 0
+            base[b, 1 + K] = 0
             if order_seen > 0:
-                E[b, 1 + K, recent[rows[b, order_seen - 1]]] = one
+                ent[b, m, 0] = 1 + K
+                ent[b, m, 1] = recent[rows[b, order_seen - 1]]
+                ent[b, m, 2] = one
+                m += 1
         if n_ppm:
-            ppm_evidence(b, rows, tagv, n_ppm, counts, tags, E[b, 2 + K], excl, p, ln_mant, ln2, net_floor)
+            m = ppm_evidence(b, rows, tagv, n_ppm, ct, tags, 2 + K, base, ent, m, excl, p, ln_mant, ln2, net_floor)
         bucket = 0
         if use_match:
-            for j in range(256):
-                E[b, n_in - 1, j] = 0
+            base[b, n_in - 1] = 0
             if mlen[b] > 0:
-                E[b, n_in - 1, hist[ptr[b]]] = one
+                ent[b, m, 0] = n_in - 1
+                ent[b, m, 1] = hist[ptr[b]]
+                ent[b, m, 2] = one
+                m += 1
             while bucket < match_edges.shape[0] and match_edges[bucket] <= mlen[b]:
                 bucket += 1
+        n_ent[b] = m
         sets[b, 0] = bucket * (K + 1) + order_seen + set_base[0]
         sets[b, 1] = order_seen * (2 * n_count_edges + 2) + conf + set_base[1]
         sets[b, 2] = np.int64(last[b] & MASK8) + set_base[2]
@@ -298,15 +352,20 @@ def mix_step(
                 w_slow += W_slow[sets[b, s], i]
             weights[i] = np.int32(w)  # rows within +-W_BOUND (`mixer_step`; the starting ones far less): |w| < 2^31
             weights_slow[i] = np.int32(w_slow)
-        for j in range(256):  # input by input: the inner loops run along contiguous rows
-            acc[j] = 0
-            acc_slow[j] = 0
+        common = 0  # what every byte gets: sum_i w_i base_i
+        common_slow = 0
         for i in range(n_in):
-            w, w_slow = np.int64(weights[i]), np.int64(weights_slow[i])
-            for j in range(256):
-                e = np.int64(E[b, i, j])
-                acc[j] += w * e
-                acc_slow[j] += w_slow * e
+            common += weights[i] * base[b, i]
+            common_slow += weights_slow[i] * base[b, i]
+        w, w_slow = weights[0], weights_slow[0]
+        for j in range(256):
+            e = np.int64(E0[b, j])
+            acc[j] = common + w * e
+            acc_slow[j] = common_slow + w_slow * e
+        for q in range(m):  # and every byte listed, its input's weight times its difference
+            i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
+            acc[j] += weights[i] * d
+            acc_slow[j] += weights_slow[i] * d
         for j in range(256):
             z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
             z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
@@ -323,7 +382,7 @@ def mix_step(
 
 @njit(cache=True, parallel=True)
 def mix_parts(
-    parts, logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last,
+    parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
     word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
     ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
 ):  # fmt: skip
@@ -332,7 +391,7 @@ def mix_parts(
     B = logits.shape[0]
     for p in prange(parts):
         mix_step(
-            logits, E, z, sets, rows, tagv, K, n_seen, use_match, counts, tags, recent, logt, hist, ptr, mlen, last,
+            logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
             word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
             n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, p * B // parts,
             (p + 1) * B // parts,
@@ -397,22 +456,42 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_gradients(E, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
+def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
     """Rows lo ... hi - 1 of G_fast and G_slow (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy
-    for each mixer, p its own frequencies (int32, below 2^24; E int32: each product widens to int64).
-    Every lane's is its own (the weights do not enter it): `learn_parts` computes them in runs of
-    lanes side by side."""
-    n_in = E.shape[1]
+    for each mixer, p its own frequencies (int32, below 2^24; e below 2^18: each product widens to
+    int64), from the evidence as `mix_step` keeps it in ev: sum_j p_j e_ij = base_i sum_j p_j + the
+    listed bytes' p_j (e_ij - base_i), the same integer. Every lane's is its own (the weights do not
+    enter it): `learn_parts` computes them in runs of lanes side by side."""
+    E0, base, ent, n_ent = ev
+    n_in = base.shape[1]
+    acc = np.empty(n_in, dtype=np.int64)
+    acc_slow = np.empty(n_in, dtype=np.int64)
+    at_y = np.empty(n_in, dtype=np.int64)
     for b in range(lo, hi):
+        total = 0
+        total_slow = 0
+        net = 0
+        net_slow = 0
+        for j in range(256):
+            f, f_slow_j = np.int64(f_fast[b, j]), np.int64(f_slow[b, j])
+            total += f
+            total_slow += f_slow_j
+            e = np.int64(E0[b, j])
+            net += f * e
+            net_slow += f_slow_j * e
+        acc[0], acc_slow[0], at_y[0] = net, net_slow, E0[b, y[b]]
+        for i in range(1, n_in):
+            acc[i] = base[b, i] * total
+            acc_slow[i] = base[b, i] * total_slow
+            at_y[i] = base[b, i]
+        for q in range(n_ent[b]):
+            i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
+            acc[i] += np.int64(f_fast[b, j]) * d
+            acc_slow[i] += np.int64(f_slow[b, j]) * d
+            at_y[i] += d * np.int64(j == y[b])
         for i in range(n_in):
-            acc = 0
-            acc_slow = 0
-            for j in range(256):
-                e = np.int64(E[b, i, j])
-                acc += np.int64(f_fast[b, j]) * e
-                acc_slow += np.int64(f_slow[b, j]) * e
-            G_fast[b, i] = (acc >> 24) - E[b, i, y[b]]
-            G_slow[b, i] = (acc_slow >> 24) - E[b, i, y[b]]
+            G_fast[b, i] = (acc[i] >> 24) - at_y[i]
+            G_slow[b, i] = (acc_slow[i] >> 24) - at_y[i]
 
 
 @njit(cache=True)
@@ -454,20 +533,29 @@ def mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settl
 
 
 @njit(cache=True)
-def mixer_learn(E, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
-    """Both mixers' steps after byte y (`mixer_steps`), with their gradients."""
-    G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
-    G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
-    mixer_gradients(E, f_fast, f_slow, y, 0, k, G_fast, G_slow)
+def mixer_learn(ev, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+    """Both mixers' steps after byte y (`mixer_steps`), with their gradients from the evidence ev
+    (`mix_step`)."""
+    G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
+    mixer_gradients(ev, f_fast, f_slow, y, 0, k, G_fast, G_slow)
     mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, sets.shape[1])
 
 
 @njit(cache=True)
-def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, t_lo, t_hi):
+def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
     """Count tables t_lo ... t_hi - 1 take byte y: a row whose tag differs starts afresh (the lowest
     lane's tag wins), the lowest lane's byte is the row's recent one, counts add and a row past the
     limit is halved (rounding up) once. A tag of -1 is no context: its row is left alone. Every
-    table's rows are its own, so tables can be taken in any grouping (`learn_parts`)."""
+    table's rows are its own, so tables can be taken in any grouping (`learn_parts`).
+
+    ct = (counts, slot, n_dense): rows below n_dense are rows of counts (rows, 256), a count for
+    every byte; the rest rows of slot (rows - n_dense, 2 S), S (byte, count) pairs, a count of 0
+    an empty slot. A byte not in its row's slots takes the first empty one, or else the first
+    with the lowest count (what it counted is forgotten). Lanes take their bytes in order, the
+    lowest first, so the order in which they fill a row's slots is fixed."""
+    counts, slot, n_dense = ct
+    n_slots = slot.shape[1] >> 1
     for b in range(k):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
@@ -477,7 +565,10 @@ def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, t_lo, t_hi)
                     claimed = True
                     break
             if not claimed and tagv[b, t] >= 0 and np.int64(tags[row]) != tagv[b, t]:
-                counts[row, :] = 0
+                if row < n_dense:
+                    counts[row, :] = 0
+                else:
+                    slot[row - n_dense, :] = 0
                 tags[row] = np.uint16(tagv[b, t])
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
         for t in range(t_lo, t_hi):
@@ -491,8 +582,25 @@ def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, t_lo, t_hi)
             row = rows[b, t]
             if np.int64(tags[row]) != tagv[b, t]:
                 continue
-            new = np.int64(counts[row, y[b]]) + 1
-            counts[row, y[b]] = np.uint8(min(new, 255))
+            if row < n_dense:
+                new = np.int64(counts[row, y[b]]) + 1
+                counts[row, y[b]] = np.uint8(min(new, 255))
+            else:
+                r = row - n_dense
+                at = -1
+                least, least_c = 0, np.int64(256)
+                for q in range(n_slots):
+                    c = np.int64(slot[r, 2 * q + 1])
+                    if c != 0 and np.int64(slot[r, 2 * q]) == y[b]:
+                        at = q
+                    if c < least_c:
+                        least, least_c = q, c
+                if at < 0:  # a new byte: the first empty slot, or the first of the lowest count
+                    slot[r, 2 * least] = np.uint8(y[b])
+                    slot[r, 2 * least + 1] = 1
+                    continue
+                new = np.int64(slot[r, 2 * at + 1]) + 1
+                slot[r, 2 * at + 1] = np.uint8(min(new, 255))
             if new > count_limit:
                 seen = False
                 for f in range(n_full):
@@ -504,9 +612,14 @@ def count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, t_lo, t_hi)
                     n_full += 1
     for f in range(n_full):
         row = full[f]
-        for j in range(256):
-            c = np.int64(counts[row, j])
-            counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
+        if row < n_dense:
+            for j in range(256):
+                c = np.int64(counts[row, j])
+                counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
+        else:
+            for q in range(n_slots):
+                c = np.int64(slot[row - n_dense, 2 * q + 1])
+                slot[row - n_dense, 2 * q + 1] = np.uint8(min(c - (c >> 1), count_limit))
 
 
 @njit(cache=True, inline="always")
@@ -678,8 +791,8 @@ def frequencies(z, exp, out):
 
 @njit(cache=True, parallel=True)
 def learn_parts(
-    parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, E, sets, f_fast, f_slow, W,
-    W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, counts, tags, recent, count_limit, hb,
+    parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, W,
+    W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
     match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
@@ -690,20 +803,20 @@ def learn_parts(
     before `advance` moves them on, in its own section), and each kernel runs as it does alone: the
     same state for any split. Before them, the mixers' gradients, every lane's its own, in `parts`
     runs of lanes."""
-    G_fast = np.empty((k, E.shape[1]), dtype=np.int64)
-    G_slow = np.empty((k, E.shape[1]), dtype=np.int64)
+    G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
     for p in prange(parts):
-        mixer_gradients(E, f_fast, f_slow, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
+        mixer_gradients(ev, f_fast, f_slow, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
     for section in prange(2):
         if section == 0:
             mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)
             if count_tables:
-                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, 0, split_tables)
+                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, 0, split_tables)
         else:
             if use_apm:
                 apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
             if count_tables and split_tables < rows.shape[1]:
-                count_bytes(rows, tagv, y, k, counts, tags, recent, count_limit, split_tables, rows.shape[1])
+                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, split_tables, rows.shape[1])
             if split_sets < sets.shape[1]:
                 S = sets.shape[1]
                 mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S)

@@ -136,7 +136,7 @@ class MixSettings:
     alone, as format 2 coded."""
 
     experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
-    table_bits: int = 17  # rows of each hashed context table: 2^table_bits
+    table_bits: int = 19  # rows of each hashed context table: 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before match_bits have
     # it). 2^17 slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller with
@@ -146,6 +146,9 @@ class MixSettings:
     # repeat in the lane's own text wins): enwik8's head 0.27 % smaller with 2^20 slots, alice29,
     # book1, Austen, German 0.04 ... 0.08 % (False: files made before match_lane)
     match_lane: bool = True
+    # a hashed context's row: this many (byte, count) pairs (0: a count for every byte, as files made
+    # before slots have it)
+    slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
@@ -162,6 +165,7 @@ class MixSettings:
             (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
             (self.match_bits == 0 or 10 <= self.match_bits <= 24, "match bits must be 10 ... 24 (0: the table bits)"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
+            (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
             (
                 not self.prior or self.prior in MIX_PRIORS,

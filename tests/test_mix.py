@@ -15,9 +15,11 @@ from dyncompress.container import FORMAT2_MIX, parse_header
 from dyncompress.exact import checked_tables, frequencies
 from dyncompress.measure import measure
 from dyncompress.mix import (
+    ORDERS,
     PRIOR_SHA256,
     Z_BOUND,
     Experts,
+    dense_evidence,
     load_prior,
     log_table,
     ppm_log_tables,
@@ -98,8 +100,10 @@ def test_mixing_split_over_threads_changes_nothing(experts):
         out = [e.mix(logits) for e in runs]
         for freqs, used in out[1:]:
             assert np.array_equal(freqs, out[0][0]), t
-            for key in ("z", "E", "sets", "f0", "f_fast", "f_slow"):
+            for key in ("z", "sets", "f0", "f_fast", "f_slow"):
                 assert np.array_equal(used[key], out[0][1][key]), (t, key)
+            for b in range(5):
+                assert np.array_equal(dense_evidence(used["ev"], b), dense_evidence(out[0][1]["ev"], b)), t
         for e, (freqs, used) in zip(runs, out, strict=True):
             e.learn(used, freqs, text[:, t].astype(np.int64), 5)
     states = [e.state() for e in runs]
@@ -154,8 +158,6 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
     order seen down, each context gives its bytes not yet given count / (n + d) of what is left."""
     from fractions import Fraction
 
-    from dyncompress.mix import ORDERS
-
     experts = feed(Experts(MixSettings(experts="orders,ppm", table_bits=12), 1), corpus("alice29.txt")[:4000])
     assert experts.n_ppm == len(ORDERS)
     for context in (b"Alice was be", b"the Queen s", b"\x00\x01\x02zq"):  # seen, half seen, unseen
@@ -167,7 +169,8 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
             row = rows[t]
             if int(experts.tags[row]) != tags[t]:
                 continue
-            c = {j: int(experts.counts[row, j]) for j in range(256) if experts.counts[row, j] and j not in given}
+            counts = experts.row_counts(row)
+            c = {j: int(counts[j]) for j in range(256) if counts[j] and j not in given}
             n, d = sum(c.values()), len(c)
             if n:
                 for j, cj in c.items():
@@ -177,7 +180,7 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
         for j in set(range(256)) - given:
             p[j] = left / (256 - len(given))
         assert sum(p) == 1 and given  # order 1 has seen every context here
-        evidence = used["E"][0, 1 + len(ORDERS) + 1]
+        evidence = dense_evidence(used["ev"], 0)[1 + len(ORDERS) + 1]
         for j in range(256):
             if p[j] > Fraction(1, 1 << 30):  # flooring to 2^-40 is then far below the tolerance
                 assert abs(evidence[j] - 4096 * math.log(p[j])) <= 24, (context, j)
@@ -200,7 +203,7 @@ def test_a_lane_finds_a_repeat_in_its_own_text_before_a_newer_one_in_another_lan
         assert experts.mlen[0] >= 12
         assert experts.ptr[0] >> experts.hb == (0 if own else 1)
         freqs, used = experts.mix(np.zeros((2, 256)))
-        assert used["E"][0, -1].argmax() == ord("0" if own else "1")
+        assert dense_evidence(used["ev"], 0)[-1].argmax() == ord("0" if own else "1")
 
 
 def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
@@ -218,7 +221,7 @@ def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
     assert np.abs(fast).max() > 100 and np.abs(slow - fast / 2).max() <= 1
     feed(experts, corpus("alice29.txt")[2000:2500])
     freqs, used = experts.mix(np.zeros((1, 256)))
-    E, rows = used["E"][0], used["sets"][0]
+    E, rows = dense_evidence(used["ev"], 0), used["sets"][0]
     z_fast, z_slow = (np.clip((W[rows].sum(axis=0) @ E) >> 16, -Z_BOUND, Z_BOUND) for W in (experts.W, experts.W_slow))
     assert not np.array_equal(z_fast, z_slow)
     assert np.array_equal(used["z"][0], (z_fast + z_slow) >> 1)
@@ -274,6 +277,40 @@ def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(expe
     assert net.keys() == {k for k in a if not k.startswith("mix.")} and all(torch.equal(net[k], a[k]) for k in net)
 
 
+@pytest.mark.parametrize("slots", [0, 2])
+def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots):
+    """The hashed contexts in rows of a count per byte (files made before slots) and in rows of
+    two slots, where almost every context overflows its row and bytes replace each other: the
+    decoder repeats every replacement, and its tables end as the encoder's."""
+    text = corpus("alice29.txt")[:4000]
+    settings = Settings(**{**NET, "lanes": 3}, mix=MixSettings(table_bits=12, slots=slots))
+    enc, dec = Codec(settings), Codec(settings)
+    payloads = [encode_block(enc, p) for p in (text[:2500], text[2500:])]
+    assert decode_block(dec, payloads[0], 2500) + decode_block(dec, payloads[1], 1500) == text
+    a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert a["mix.slot"].shape[1] == max(2 * slots, 2) and bool(a["mix.slot"].any()) == bool(slots)
+
+
+def test_a_context_with_more_bytes_than_slots_keeps_the_most_counted():
+    """A hashed context followed by more distinct bytes than its row has slots: a new byte takes an
+    empty slot, then the slot with the lowest count (the first of them); the bytes kept give their
+    counts' evidence, the one dropped reads as unseen. With a count for every byte nothing is dropped."""
+    text = b"qqqqAqqqqBqqqqAqqqqCqqqq"  # order 4's "qqqq" is followed by A, B, A, C
+    o4 = 1 + ORDERS.index(4)  # its input (0 is the network's)
+    kept = {}
+    for slots in (0, 2):
+        experts = feed(Experts(MixSettings(experts="orders", table_bits=12, slots=slots), 1), text)
+        _, used = experts.mix(np.zeros((1, 256)))
+        row = used["rows"][0, o4 - 1]
+        assert (row >= experts.n_dense) == bool(slots)
+        counts = experts.row_counts(row)
+        kept[slots] = {chr(j): int(c) for j, c in enumerate(counts) if c}
+        E = dense_evidence(used["ev"], 0)[o4]
+        assert E[ord("A")] > E[ord("C")] > E[ord("Z")] and E[ord("B")] == (E[ord("C")] if not slots else E[ord("Z")])
+    assert kept == {0: {"A": 2, "B": 1, "C": 1}, 2: {"A": 2, "C": 1}}
+
+
 def test_the_record_length_is_found_by_votes_and_fades_without_them():
     """A byte whose last four occurrences are equally spaced votes for that distance; 16 votes make
     it the record length, and the record context (the byte one record back) is read. More than 32
@@ -291,11 +328,13 @@ def test_the_record_length_is_found_by_votes_and_fades_without_them():
     _, used = experts.mix(np.zeros((1, 256)))
     assert used["tags"][0, -1] >= 0  # 32 records since the last vote
     feed(experts, noise[-1:])
-    before = experts.counts[rows].copy(), experts.tags[rows].copy(), experts.recent[rows].copy()
+    tables = (experts.counts, experts.slot, experts.tags[rows], experts.recent[rows])  # (record's alone)
+    before = [a.copy() for a in tables]
     _, used = experts.mix(np.zeros((1, 256)))
-    assert used["tags"][0, -1] == -1 and (used["E"][0, 1] == used["E"][0, 1, 0]).all()  # no evidence
+    E = dense_evidence(used["ev"], 0)
+    assert used["tags"][0, -1] == -1 and (E[1] == E[1, 0]).all()  # no evidence
     feed(experts, b"xyz")
-    after = experts.counts[rows], experts.tags[rows], experts.recent[rows]
+    after = (experts.counts, experts.slot, experts.tags[rows], experts.recent[rows])
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)) and experts.rec[0, 4] == 5
     feed(experts, noise[-4:] + b"abcde" * 4)  # noise ... then the records again: a vote for 5
     _, used = experts.mix(np.zeros((1, 256)))
@@ -340,8 +379,10 @@ def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
     assert decode_block(dec, packed, len(data)) == data
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    counts = a["mix.counts"].numpy()
-    assert counts.max() <= settings.mix.count_limit  # 16 adds at once, still bounded
+    counts, slots = a["mix.counts"].numpy(), a["mix.slot"].numpy()
+    assert slots.shape[0] > 1 and slots[:, 1::2].any()  # the hashed contexts in rows of slots
+    for c in (counts, slots[:, 1::2]):
+        assert c.max() <= settings.mix.count_limit  # 16 adds at once, still bounded
 
 
 def test_the_experts_learn_and_the_mixer_weights_move():
@@ -384,8 +425,10 @@ def test_table_sizes_are_bounded_and_stated():
     experts = Experts(default.mix, default.lanes)
     # orders 1, 2 and the gap pair direct; orders 4, 5, 6 and the word pair full; orders 3 and 8, the
     # word alone and the skip pair half; the record and column contexts a sixteenth each
+    # in rows of (byte, count) slots
     full = 1 << default.mix.table_bits
-    assert experts.counts.shape == (256 + 65536 + 4 * full + 4 * full // 2 + 65536 + 2 * (full // 16), 256)
+    assert experts.counts.shape == (256 + 65536 + 65536, 256)
+    assert experts.slot.shape == (4 * full + 4 * full // 2 + 2 * (full // 16), 2 * default.mix.slots)
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
     # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
     assert default.mix.match_lane and experts.match_table.shape == (2 << default.mix.match_bits,)
