@@ -6,6 +6,13 @@ kept in integer tables that encoder and decoder update alike after every byte:
     orders 1 ... 6, 8  the last k bytes of the lane (orders 1 and 2 indexed directly, the others
                      hashed into tables of 2^table_bits rows, each row tagged with 16 more bits
                      of the hash so that a collision reads as an unseen context)
+    rows             a direct table's row holds a count for every byte; a hashed table's (since
+                     2026-12-04, MixSettings.slots) S (byte, count) slots: a new byte takes the
+                     first empty slot, else the first with the lowest count. Rows of 30 slots take
+                     63 bytes with the tag and recent byte, not 259, so the default's 256 MB hold
+                     2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8100 bits per
+                     byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
+                     BENCHMARKS.md). Files made before slots (slots 0) keep 256 counts a row.
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
                      character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
                      the current word with the word before it, the current word alone, the current

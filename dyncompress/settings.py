@@ -136,7 +136,7 @@ class MixSettings:
     alone, as format 2 coded."""
 
     experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
-    table_bits: int = 19  # rows of each hashed context table: 2^table_bits
+    table_bits: int = 19  # rows of each hashed context table: 2^table_bits (17 before slots)
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before match_bits have
     # it). 2^17 slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller with
@@ -147,7 +147,8 @@ class MixSettings:
     # book1, Austen, German 0.04 ... 0.08 % (False: files made before match_lane)
     match_lane: bool = True
     # a hashed context's row: this many (byte, count) pairs (0: a count for every byte, as files made
-    # before slots have it)
+    # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB, as 256
+    # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8100 bits per byte (`mix`)
     slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
@@ -297,6 +298,11 @@ def _apply(base, overrides: dict):
 
 # --- levels ---------------------------------------------------------------------------
 
+# -9 may use more memory than the default: twice the count rows (about 500 MB of tables for an
+# input over 2^18 bytes; the whole of Don Quijote, 2.2 MB, at the default's other settings 1.7589
+# -> 1.7478 bits per byte)
+NINE_TABLE_BITS = 20
+
 # Online mode (no model): levels trade ratio for speed like xz/zstd -1 ... -9. On ~1 MB of text
 # the best gradient step averages about 256 bytes (lanes x segment_len); a wider network
 # compresses better and runs slower. Chosen from the measurements in BENCHMARKS.md.
@@ -309,7 +315,7 @@ LEVELS: dict[int, dict] = {
     6: dict(hidden=256, lanes=16, segment_len=16, lr=1.5e-3),
     7: dict(hidden=384, lanes=16, segment_len=16, lr=1e-3),
     8: dict(hidden=512, lanes=16, segment_len=16, lr=1e-3),
-    9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3),
+    9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3, table_bits=NINE_TABLE_BITS),
 }
 DEFAULT_LEVEL = 6
 
@@ -333,7 +339,7 @@ MODEL_LEVELS: dict[int, dict] = {
     6: dict(OUT_LORA, lanes=8, segment_len=32),
     7: dict(OUT_LORA, lanes=4, segment_len=32),
     8: dict(OUT_LORA, lanes=2, segment_len=32),
-    9: dict(OUT_LORA, lanes=1, segment_len=32),
+    9: dict(OUT_LORA, lanes=1, segment_len=32, table_bits=NINE_TABLE_BITS),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
 # A rule's settings when the model records none for it (`tune -o` records them under
@@ -402,11 +408,13 @@ def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> i
 
 def tables_for_size(mix: MixSettings, size: int) -> dict:
     """Smaller tables for a small input: about as many rows and match slots as it has bytes (at
-    least 2^12) and twice its size of history; its contexts still fit, and it touches fewer pages of
-    memory."""
+    least 2^12; four times as many rows of slots, a quarter the size of rows of counts) and twice
+    its size of history; its contexts still fit, and it touches fewer pages of memory. (Four times
+    the rows: 111 kB of Portuguese 2.1123 -> 2.1085 bits per byte, 140 kB of German 1.9534 ->
+    1.9508.)"""
     bits = size.bit_length()
     return {
-        "table_bits": max(12, min(mix.table_bits, bits)),
+        "table_bits": max(12, min(mix.table_bits, bits + 2 * (mix.slots > 0))),
         "history_bits": max(12, min(mix.history_bits, bits + 1)),
         "match_bits": max(12, min(mix.match_slot_bits, bits)),
     }

@@ -435,9 +435,12 @@ def test_table_sizes_are_bounded_and_stated():
     assert experts.hist.size <= 1 << default.mix.history_bits
     # a small input gets small tables (and the same from a streaming encoder: one block)
     small = make_settings(model=None, device="cpu", size_hint=5000)
-    assert small.mix.table_bits == small.mix.match_bits == 13
+    assert small.mix.table_bits == 15 and small.mix.match_bits == 13  # (rows of slots: four times the rows)
     assert table_bytes(small.mix, small.lanes) < table_bytes(default.mix, 16) / 4
     assert table_bytes(MixSettings(experts=""), 16) == 0
+    nine = make_settings(level=9, model=None, device="cpu")  # -9 may use more: twice the rows
+    assert nine.mix.table_bits == default.mix.table_bits + 1
+    assert table_bytes(default.mix, default.lanes) < table_bytes(nine.mix, nine.lanes) <= 512 << 20
 
 
 def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
