@@ -10,9 +10,10 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      2026-12-04, MixSettings.slots) S (byte, count) slots: a new byte takes the
                      first empty slot, else the first with the lowest count. Rows of 30 slots take
                      63 bytes with the tag and recent byte, not 259, so the default's 256 MB hold
-                     2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8100 bits per
+                     2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per
                      byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
-                     BENCHMARKS.md). Files made before slots (slots 0) keep 256 counts a row.
+                     BENCHMARKS.md). The word alone keeps rows of counts (COUNTED). Files made
+                     before slots (slots 0) keep 256 counts a row everywhere.
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
                      character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
                      the current word with the word before it, the current word alone, the current
@@ -224,19 +225,26 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
 
 
 def table_sizes(
-    tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False
+    tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False, slots: int = 0
 ) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS and the record and column contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
     on alice29 and 0.12 % on enwik8 [3.0M, 3.5M); halving order 8's makes room for the APM's
-    (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %)."""
+    (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %). Where the hashed
+    rows are slots, the word alone keeps rows of counts (COUNTED), at most COUNTED_ROWS of them."""
     names = table_names(orders, words, gap, record, column)
     sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
+    if slots:
+        sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
     return sizes[: len(sizes) - record - column] + [(1 << tb) >> 4] * (record + column)
 
 
 DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
+# A hashed table that keeps rows of counts where the others have slots: the current word alone (at a
+# word's start, any letter follows; in slots, 100 kB of calgary/book2 1.3 % larger, Chinese 0.3 %),
+# in as many rows as it had when every row held counts (2^17 rows a table, half for the word)
+COUNTED, COUNTED_ROWS = ("word",), 1 << 16
 
 
 def table_names(orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False) -> list[str]:
@@ -281,14 +289,15 @@ class Experts:
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
         kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column)
-        sizes = table_sizes(tb, *kinds)
+        sizes = table_sizes(tb, *kinds, slots=s.slots)
         self.K = len(sizes)
         # the tables that choose the highest context seen (not the record's and column's, which come last)
         self.n_seen = self.K - self.use_record - self.use_column
-        # rows of 256 counts for the direct tables (and every table where s.slots is 0); the hashed
-        # ones' rows are s.slots (byte, count) pairs. The rows of counts come first in the row numbers.
+        # rows of 256 counts for the direct tables and the word alone (and every table where s.slots is
+        # 0); the other hashed ones' rows are s.slots (byte, count) pairs. The rows of counts come
+        # first in the row numbers.
         self.n_slots = s.slots
-        dense = [not s.slots or name in DIRECT for name in table_names(*kinds)]
+        dense = [not s.slots or name in DIRECT or name in COUNTED for name in table_names(*kinds)]
         order = sorted(range(self.K), key=lambda t: not dense[t])
         starts = np.cumsum([0] + [sizes[t] for t in order])[:-1]
         self.base = np.zeros(self.K, dtype=np.int64)

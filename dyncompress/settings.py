@@ -148,7 +148,7 @@ class MixSettings:
     match_lane: bool = True
     # a hashed context's row: this many (byte, count) pairs (0: a count for every byte, as files made
     # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB, as 256
-    # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8100 bits per byte (`mix`)
+    # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per byte (`mix`)
     slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)

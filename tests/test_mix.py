@@ -427,8 +427,9 @@ def test_table_sizes_are_bounded_and_stated():
     # word alone and the skip pair half; the record and column contexts a sixteenth each
     # in rows of (byte, count) slots
     full = 1 << default.mix.table_bits
-    assert experts.counts.shape == (256 + 65536 + 65536, 256)
-    assert experts.slot.shape == (4 * full + 4 * full // 2 + 2 * (full // 16), 2 * default.mix.slots)
+    # (but the word alone's, in 2^16 rows of counts)
+    assert experts.counts.shape == (256 + 65536 + 65536 + 65536, 256)
+    assert experts.slot.shape == (4 * full + 3 * full // 2 + 2 * (full // 16), 2 * default.mix.slots)
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
     # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
     assert default.mix.match_lane and experts.match_table.shape == (2 << default.mix.match_bits,)
