@@ -7,6 +7,9 @@
                                                # each text (the model, or online mode: `auto`)
     python bench/experts.py --hard --rows "all,no ppm"   # chosen rows on the 100 kB pieces where
                                                # PPMd beat dyncompress (bench/evidence.py's inputs)
+    python bench/experts.py --corpora 1000000 --all-only --only calgary/book2 --set slots=0,table_bits=17
+                                               # with settings of make_settings changed (here: the
+                                               # count tables of files made before slots)
 
 Every row is the codec's own loop (`measure`, as `dyncompress eval` runs it: -log2 p of every
 byte, a block that would expand counted as stored), the shipped model at its default level, the
@@ -18,6 +21,7 @@ process, rows alternating per input), for comparing rows with each other. PPMd: 
 from __future__ import annotations
 
 import argparse
+import ast
 import platform
 import time
 from pathlib import Path
@@ -70,11 +74,13 @@ def main() -> None:
     ap.add_argument("--all-only", action="store_true", help="only the row with all experts (and PPMd)")
     ap.add_argument("--rows", help="comma-separated rows to run: all, none, 'no EXPERT'")
     ap.add_argument("--hard", action="store_true", help="bench/evidence.py's inputs (and alice29, the enwik8 slice)")
+    ap.add_argument("--set", default="", metavar="K=V,...", help="make_settings overrides, e.g. slots=0,table_bits=17")
     args = ap.parse_args()
+    changed = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in args.set.split(",") if kv)}
     model = None if args.online else resolve_model("enwiki-h256")
     print(
         f"# {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}, "
-        f"{'online' if args.online else 'model enwiki-h256'}",
+        f"{'online' if args.online else 'model enwiki-h256'}{f', {args.set}' if args.set else ''}",
         flush=True,
     )
     inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)} if args.corpora else ABLATION
@@ -99,7 +105,7 @@ def main() -> None:
         start, online, probe = (model, {}, None)
         if args.auto:
             start, online, probe = choose_start(model, data, len(data), {})
-        results = {label: row(data, start, experts, **online) for label, experts in rows.items()}
+        results = {label: row(data, start, experts, **online, **changed) for label, experts in rows.items()}
         ppmd = ppmd_bpb(data)
         bpb = " | ".join(f"{results[label][0]:.4f}" for label in rows)
         first = next(iter(rows))
