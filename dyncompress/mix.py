@@ -99,7 +99,8 @@ other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % large
 
 All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
 in the same step, the lane with the lower index decides a tag, and their counts add (integer
-adds commute, so the order of the lanes cannot matter).
+adds commute, so the order of the lanes cannot matter; in a row of slots the lanes' bytes take
+their slots lowest lane first, a fixed order).
 """
 
 from __future__ import annotations
