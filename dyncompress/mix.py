@@ -248,6 +248,11 @@ DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed 
 COUNTED, COUNTED_ROWS = ("word",), 1 << 16
 
 
+def in_counts(name: str, slots: int) -> bool:
+    """Whether count table `name` keeps rows of 256 counts (else rows of `slots` slots)."""
+    return not slots or name in DIRECT or name in COUNTED
+
+
 def table_names(orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False) -> list[str]:
     """The count tables in the order `mix_kernels.context_rows` fills them."""
     names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
@@ -298,7 +303,7 @@ class Experts:
         # 0); the other hashed ones' rows are s.slots (byte, count) pairs. The rows of counts come
         # first in the row numbers.
         self.n_slots = s.slots
-        dense = [not s.slots or name in DIRECT or name in COUNTED for name in table_names(*kinds)]
+        dense = [in_counts(name, s.slots) for name in table_names(*kinds)]
         order = sorted(range(self.K), key=lambda t: not dense[t])
         starts = np.cumsum([0] + [sizes[t] for t in order])[:-1]
         self.base = np.zeros(self.K, dtype=np.int64)

@@ -107,8 +107,8 @@ def touch_rows(ct, tags, rows, lo, hi):
             if row < n_dense:
                 for j in range(0, 256, 64):
                     total += np.int64(counts[row, j])
-            else:
-                total += np.int64(slot[row - n_dense, 0])
+            else:  # a row of slots: its first and last byte (it may straddle two lines)
+                total += np.int64(slot[row - n_dense, 0]) + np.int64(slot[row - n_dense, slot.shape[1] - 1])
     return total
 
 
