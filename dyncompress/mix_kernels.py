@@ -192,7 +192,9 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
                     n += c
                     d += np.int64(c != 0)
         else:
-            for q in range(n_slots):
+            for q in range(n_slots):  # the slots in use (`count_bytes`: a row's first empty slot ends it)
+                if slot[r, 2 * q + 1] == 0:
+                    break
                 c = np.int64(slot[r, 2 * q + 1]) * np.int64(not excl[slot[r, 2 * q]])
                 n += c
                 d += np.int64(c != 0)
@@ -209,7 +211,9 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
                     p[j] += floor_div(left * c, den, inv)  # left c < 2^48, the quotient <= left <= 2^40
                     excl[j] = excl[j] or c != 0
         else:
-            for q in range(n_slots):  # a row's bytes are distinct (an empty slot's count is 0)
+            for q in range(n_slots):  # a row's bytes are distinct
+                if slot[r, 2 * q + 1] == 0:
+                    break
                 j = slot[r, 2 * q]
                 c = np.int64(slot[r, 2 * q + 1]) * np.int64(not excl[j])
                 p[j] += floor_div(left * c, den, inv)
@@ -302,14 +306,16 @@ def mix_step(
                             nonzero += np.int64(c != 0)
                 elif known:  # a table of slots: (byte, count) pairs, 0 counts empty
                     r = row - n_dense
-                    for q in range(n_slots):
+                    for q in range(n_slots):  # the slots in use: the first empty one ends them
                         c = np.int64(slot[r, 2 * q + 1])
+                        if c == 0:
+                            break
                         ent[b, m, 0] = 1 + t
                         ent[b, m, 1] = slot[r, 2 * q]
                         ent[b, m, 2] = logt[c] - unseen
-                        m += np.int64(c != 0)
+                        m += 1
                         total += c
-                        nonzero += np.int64(c != 0)
+                        nonzero += 1
                 if total > 0 and t < n_seen:  # the highest context seen so far (tables come in rising order)
                     order_seen = t + 1
                     top_total = total
@@ -553,18 +559,22 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
     every byte; the rest rows of slot (rows - n_dense, 2 S), S (byte, count) pairs, a count of 0
     an empty slot. A byte not in its row's slots takes the first empty one, or else the first
     with the lowest count (what it counted is forgotten). Lanes take their bytes in order, the
-    lowest first, so the order in which they fill a row's slots is fixed."""
+    lowest first, so the order in which they fill a row's slots is fixed. A count once taken never
+    returns to 0 (halving rounds up), so a row's slots in use come first: the first empty slot ends
+    the row, and every reader stops there (`test_mix`: rows stay packed)."""
     counts, slot, n_dense = ct
     n_slots = slot.shape[1] >> 1
     for b in range(k):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
-            claimed = False
+            if tagv[b, t] < 0 or np.int64(tags[row]) == tagv[b, t]:
+                continue
+            claimed = False  # (looked for only where the tag differs: the same outcome, far fewer loops)
             for a in range(b):
                 if rows[a, t] == row and tagv[a, t] >= 0:
                     claimed = True
                     break
-            if not claimed and tagv[b, t] >= 0 and np.int64(tags[row]) != tagv[b, t]:
+            if not claimed:
                 if row < n_dense:
                     counts[row, :] = 0
                 else:
@@ -589,10 +599,14 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
                 r = row - n_dense
                 at = -1
                 least, least_c = 0, np.int64(256)
-                for q in range(n_slots):
+                for q in range(n_slots):  # the slots in use, up to the first empty one (the new byte's)
                     c = np.int64(slot[r, 2 * q + 1])
-                    if c != 0 and np.int64(slot[r, 2 * q]) == y[b]:
+                    if c == 0:
+                        least = q
+                        break
+                    if np.int64(slot[r, 2 * q]) == y[b]:
                         at = q
+                        break
                     if c < least_c:
                         least, least_c = q, c
                 if at < 0:  # a new byte: the first empty slot, or the first of the lowest count

@@ -292,6 +292,22 @@ def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots):
     assert a["mix.slot"].shape[1] == max(2 * slots, 2) and bool(a["mix.slot"].any()) == bool(slots)
 
 
+def test_rows_of_slots_stay_packed_and_distinct():
+    """Every reader of a row of slots stops at its first empty slot (`count_bytes`): that holds only
+    if the slots in use always come first. After real text, through resets, replacements and the
+    halving of full rows (a low count limit), every row is a run of distinct bytes with counts > 0,
+    then empty slots alone."""
+    text = corpus("alice29.txt")[:30000]
+    experts = feed(Experts(MixSettings(experts="orders,word", table_bits=10, slots=4, count_limit=6), 1), text)
+    slot = experts.slot
+    counts, used = slot[:, 1::2], slot[:, 1::2] > 0
+    assert used.any() and (~used).any() and (counts == 6).any()  # every case met: empty, full, halved
+    assert not (~used[:, :-1] & used[:, 1:]).any()  # no slot in use after an empty one
+    for row in slot[used.sum(axis=1) > 1][:2000]:
+        held = row[0::2][row[1::2] > 0]
+        assert len(set(held.tolist())) == len(held)
+
+
 def test_a_context_with_more_bytes_than_slots_keeps_the_most_counted():
     """A hashed context followed by more distinct bytes than its row has slots: a new byte takes an
     empty slot, then the slot with the lowest count (the first of them); the bytes kept give their
