@@ -490,11 +490,23 @@ def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
             acc[i] = base[b, i] * total
             acc_slow[i] = base[b, i] * total_slow
             at_y[i] = base[b, i]
+        i_run = -1  # the entries come in runs of one input: summed in registers, added at the run's end
+        s_fast = s_slow = s_y = 0
         for q in range(n_ent[b]):
             i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
-            acc[i] += np.int64(f_fast[b, j]) * d
-            acc_slow[i] += np.int64(f_slow[b, j]) * d
-            at_y[i] += d * np.int64(j == y[b])
+            if i != i_run:
+                if i_run >= 0:
+                    acc[i_run] += s_fast
+                    acc_slow[i_run] += s_slow
+                    at_y[i_run] += s_y
+                i_run, s_fast, s_slow, s_y = i, 0, 0, 0
+            s_fast += np.int64(f_fast[b, j]) * d
+            s_slow += np.int64(f_slow[b, j]) * d
+            s_y += d * np.int64(j == y[b])
+        if i_run >= 0:
+            acc[i_run] += s_fast
+            acc_slow[i_run] += s_slow
+            at_y[i_run] += s_y
         for i in range(n_in):
             G_fast[b, i] = (acc[i] >> 24) - at_y[i]
             G_slow[b, i] = (acc_slow[i] >> 24) - at_y[i]
