@@ -270,6 +270,14 @@ def dense_evidence(ev: tuple, b: int) -> np.ndarray:
     return out
 
 
+def aligned_zeros(rows: int, width: int, align: int = 64) -> np.ndarray:
+    """A (rows, width) uint8 array of zeros that starts on an `align`-byte boundary (zeros from the
+    OS, as np.zeros gives: pages never touched take no memory)."""
+    flat = np.zeros(rows * width + align, dtype=np.uint8)
+    skip = -flat.ctypes.data % align
+    return flat[skip : skip + rows * width].reshape(rows, width)
+
+
 def table_bytes(s: MixSettings, lanes: int) -> int:
     """The most memory the experts' tables take with these settings (what `info` states)."""
     return Experts(s, lanes).memory() if s.expert_names else 0
@@ -375,8 +383,8 @@ class Experts:
         """Bytes the tables and histories take at most (pages never touched take none)."""
         hist = self.B << self.hb if self.use_hist else 0
         match = self.match_table.nbytes if self.use_match else 0
-        counts = self.n_dense * 256 + (self.rows - self.n_dense) * 2 * self.n_slots
-        return counts + self.rows * (2 + 1) + hist + match + self.apm.nbytes + self.apm2.nbytes
+        counts = self.n_dense * (256 + 2 + 1) + (self.rows - self.n_dense) * (2 * self.n_slots + 4)
+        return counts + hist + match + self.apm.nbytes + self.apm2.nbytes
 
     # --- state ----------------------------------------------------------------------
 
@@ -386,10 +394,12 @@ class Experts:
         B = self.B
         self._ready = False  # (`prepare`)
         self.counts = np.zeros((self.n_dense, 256), dtype=np.uint8)
-        self.slot = np.zeros((max(self.rows - self.n_dense, 1), max(2 * self.n_slots, 2)), dtype=np.uint8)
+        # rows of slots, each with its tag and recent byte (`mix_kernels.count_bytes`), from a 64-byte
+        # boundary: a row of 30 slots is one cache line
+        self.slot = aligned_zeros(max(self.rows - self.n_dense, 1), 2 * self.n_slots + 4)
         self._tables = (self.counts, self.slot, self.n_dense)  # what the kernels read (`count_bytes`)
-        self.tags = np.zeros(self.rows, dtype=np.uint16)
-        self.recent = np.zeros(self.rows, dtype=np.uint8)  # the byte that last followed each context
+        self.tags = np.zeros(max(self.n_dense, 1), dtype=np.uint16)  # the rows of counts' tags
+        self.recent = np.zeros(max(self.n_dense, 1), dtype=np.uint8)  # the byte that last followed each context
         self.hist = np.zeros((B, 1 << self.hb if self.use_hist else 1), dtype=np.uint8)
         # match: 1 + the flat history index that followed each hashed context (0: none yet)
         # (history indices + 1: below 2^30, `MixSettings.history_bits`)
@@ -421,13 +431,17 @@ class Experts:
         for k, v in state.items():
             getattr(self, k)[...] = v
 
+    def row_tag(self, row: int) -> int:
+        """Count table row `row`'s tag (for inspection: `mix_kernels.row_tag`)."""
+        return int(kernels.row_tag(self._tables, self.tags, row))
+
     def row_counts(self, row: int) -> np.ndarray:
         """Count table row `row`'s count of every byte (256,), from a row of counts or of slots
         (for inspection: the kernels read the rows themselves)."""
         if row < self.n_dense:
             return self.counts[row].astype(np.int64)
         out = np.zeros(256, dtype=np.int64)
-        for byte, count in self.slot[row - self.n_dense].reshape(-1, 2):
+        for byte, count in self.slot[row - self.n_dense, : 2 * self.n_slots].reshape(-1, 2):
             if count:  # (an empty slot's count is 0; a row's bytes are distinct)
                 out[byte] = count
         return out

@@ -37,6 +37,27 @@ def mix64(x):
     return (x ^ (x >> U29)) * P2
 
 
+@njit(cache=True, inline="always")
+def row_tag(ct, tags, row):
+    """Count table row `row`'s tag: from `tags` for a row of counts, from its last bytes but two
+    (little-endian) for a row of slots (`count_bytes`)."""
+    counts, slot, n_dense = ct
+    if row < n_dense:
+        return np.int64(tags[row])
+    r, w = row - n_dense, slot.shape[1]
+    return np.int64(slot[r, w - 4]) | (np.int64(slot[r, w - 3]) << 8)
+
+
+@njit(cache=True, inline="always")
+def row_recent(ct, recent, row):
+    """The byte that last followed row `row`'s context (`recent` for a row of counts, the slot row's
+    byte after its tag)."""
+    counts, slot, n_dense = ct
+    if row < n_dense:
+        return recent[row]
+    return slot[row - n_dense, slot.shape[1] - 2]
+
+
 @njit(cache=True)
 def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv, use_record, hist, hb,
                  pos, rec, use_column, lines):  # fmt: skip
@@ -103,11 +124,12 @@ def touch_rows(ct, tags, rows, lo, hi):
     for b in range(lo, hi):
         for t in range(rows.shape[1]):
             row = rows[b, t]
-            total += np.int64(tags[row])
             if row < n_dense:
+                total += np.int64(tags[row])
                 for j in range(0, 256, 64):
                     total += np.int64(counts[row, j])
-            else:  # a row of slots: its first and last byte (it may straddle two lines)
+            else:  # a row of slots, its tag and recent byte with it: its first and last byte (one line
+                # where rows are 64 bytes, as the default's are)
                 total += np.int64(slot[row - n_dense, 0]) + np.int64(slot[row - n_dense, slot.shape[1] - 1])
     return total
 
@@ -170,7 +192,7 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
     2^-PPM_BITS, every division floored. A table of slots (`count_bytes`) gives the same for the
     bytes its slots hold."""
     counts, slot, n_dense = ct
-    n_slots = slot.shape[1] >> 1
+    n_slots = (slot.shape[1] - 4) >> 1
     for j in range(256):
         excl[j] = False
         p[j] = 0
@@ -178,7 +200,7 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
     left = np.int64(1) << PPM_BITS
     for t in range(n_orders - 1, -1, -1):
         row = rows[b, t]
-        if np.int64(tags[row]) != tagv[b, t]:
+        if row_tag(ct, tags, row) != tagv[b, t]:
             continue
         n = 0
         d = 0
@@ -262,7 +284,7 @@ def mix_step(
     bit (the mixer's cost was not in these sums: at --fast as fast as the dense ones, 2026-12-04)."""
     E0, base, ent, n_ent = ev
     counts, slot, n_dense = ct
-    n_slots = slot.shape[1] >> 1
+    n_slots = (slot.shape[1] - 4) >> 1
     n_in = base.shape[1]
     n_count_edges = count_edges.shape[0]
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
@@ -288,7 +310,7 @@ def mix_step(
             top_nonzero = 0
             for t in range(K):
                 row = rows[b, t]
-                known = np.int64(tags[row]) == tagv[b, t]
+                known = row_tag(ct, tags, row) == tagv[b, t]
                 total = 0
                 nonzero = 0
                 base[b, 1 + t] = unseen  # an unseen byte's evidence, and an entry for each byte seen
@@ -328,7 +350,7 @@ def mix_step(
             base[b, 1 + K] = 0
             if order_seen > 0:
                 ent[b, m, 0] = 1 + K
-                ent[b, m, 1] = recent[rows[b, order_seen - 1]]
+                ent[b, m, 1] = row_recent(ct, recent, rows[b, order_seen - 1])
                 ent[b, m, 2] = one
                 m += 1
         if n_ppm:
@@ -568,18 +590,21 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
     table's rows are its own, so tables can be taken in any grouping (`learn_parts`).
 
     ct = (counts, slot, n_dense): rows below n_dense are rows of counts (rows, 256), a count for
-    every byte; the rest rows of slot (rows - n_dense, 2 S), S (byte, count) pairs, a count of 0
-    an empty slot. A byte not in its row's slots takes the first empty one, or else the first
-    with the lowest count (what it counted is forgotten). Lanes take their bytes in order, the
+    every byte, with their tags and recent bytes in `tags` and `recent`; the rest rows of slot
+    (rows - n_dense, 2 S + 4): S (byte, count) pairs, a count of 0 an empty slot, then the row's
+    tag (two bytes, little-endian), its recent byte and a spare byte, so that a row of the default's
+    30 slots is one 64-byte cache line (`mix.Experts.reset` aligns them), read in one miss. A byte
+    not in its row's slots takes the first empty one, or else the first with the lowest count
+    (what it counted is forgotten). Lanes take their bytes in order, the
     lowest first, so the order in which they fill a row's slots is fixed. A count once taken never
     returns to 0 (halving rounds up), so a row's slots in use come first: the first empty slot ends
     the row, and every reader stops there (`test_mix`: rows stay packed)."""
     counts, slot, n_dense = ct
-    n_slots = slot.shape[1] >> 1
+    n_slots = (slot.shape[1] - 4) >> 1
     for b in range(k):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
-            if tagv[b, t] < 0 or np.int64(tags[row]) == tagv[b, t]:
+            if tagv[b, t] < 0 or row_tag(ct, tags, row) == tagv[b, t]:
                 continue
             claimed = False  # (looked for only where the tag differs: the same outcome, far fewer loops)
             for a in range(b):
@@ -589,20 +614,26 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
             if not claimed:
                 if row < n_dense:
                     counts[row, :] = 0
+                    tags[row] = np.uint16(tagv[b, t])
                 else:
-                    slot[row - n_dense, :] = 0
-                tags[row] = np.uint16(tagv[b, t])
+                    r = row - n_dense
+                    slot[r, : 2 * n_slots] = 0
+                    slot[r, slot.shape[1] - 4] = np.uint8(tagv[b, t] & 255)
+                    slot[r, slot.shape[1] - 3] = np.uint8(tagv[b, t] >> 8)
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
         for t in range(t_lo, t_hi):
             row = rows[b, t]
-            if np.int64(tags[row]) == tagv[b, t]:
-                recent[row] = np.uint8(y[b])
+            if row_tag(ct, tags, row) == tagv[b, t]:
+                if row < n_dense:
+                    recent[row] = np.uint8(y[b])
+                else:
+                    slot[row - n_dense, slot.shape[1] - 2] = np.uint8(y[b])
     full = np.empty(k * (t_hi - t_lo), dtype=np.int64)
     n_full = 0
     for b in range(k):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
-            if np.int64(tags[row]) != tagv[b, t]:
+            if row_tag(ct, tags, row) != tagv[b, t]:
                 continue
             if row < n_dense:
                 new = np.int64(counts[row, y[b]]) + 1

@@ -298,8 +298,8 @@ def _apply(base, overrides: dict):
 
 # --- levels ---------------------------------------------------------------------------
 
-# -9 may use more memory than the default: twice the count rows (427 MiB of tables at most, for an
-# input of 128 KiB or more, against 250; the whole of Don Quijote, 2.2 MB, at the default's
+# -9 may use more memory than the default: twice the count rows (433 MiB of tables at most, for an
+# input of 128 KiB or more, against 253; the whole of Don Quijote, 2.2 MB, at the default's
 # other settings 1.7589 -> 1.7478 bits per byte)
 NINE_TABLE_BITS = 20
 

@@ -167,7 +167,7 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
         p, left, given = [Fraction(0)] * 256, Fraction(1), set()
         for t in reversed(range(len(ORDERS))):
             row = rows[t]
-            if int(experts.tags[row]) != tags[t]:
+            if experts.row_tag(row) != tags[t]:
                 continue
             counts = experts.row_counts(row)
             c = {j: int(counts[j]) for j in range(256) if counts[j] and j not in given}
@@ -289,7 +289,7 @@ def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots):
     assert decode_block(dec, payloads[0], 2500) + decode_block(dec, payloads[1], 1500) == text
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert a["mix.slot"].shape[1] == max(2 * slots, 2) and bool(a["mix.slot"].any()) == bool(slots)
+    assert a["mix.slot"].shape[1] == 2 * slots + 4 and bool(a["mix.slot"].any()) == bool(slots)
 
 
 def test_rows_of_slots_stay_packed_and_distinct():
@@ -299,7 +299,7 @@ def test_rows_of_slots_stay_packed_and_distinct():
     then empty slots alone."""
     text = corpus("alice29.txt")[:30000]
     experts = feed(Experts(MixSettings(experts="orders,word", table_bits=10, slots=4, count_limit=6), 1), text)
-    slot = experts.slot
+    slot = experts.slot[:, :8]  # (then the tag and the recent byte)
     counts, used = slot[:, 1::2], slot[:, 1::2] > 0
     assert used.any() and (~used).any() and (counts == 6).any()  # every case met: empty, full, halved
     assert not (~used[:, :-1] & used[:, 1:]).any()  # no slot in use after an empty one
@@ -396,6 +396,7 @@ def test_lanes_that_see_the_same_bytes_at_once_share_the_tables_exactly():
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     counts, slots = a["mix.counts"].numpy(), a["mix.slot"].numpy()
+    slots = slots[:, : 2 * settings.mix.slots]  # (then the tag and the recent byte)
     assert slots.shape[0] > 1 and slots[:, 1::2].any()  # the hashed contexts in rows of slots
     for c in (counts, slots[:, 1::2]):
         assert c.max() <= settings.mix.count_limit  # 16 adds at once, still bounded
@@ -445,7 +446,9 @@ def test_table_sizes_are_bounded_and_stated():
     full = 1 << default.mix.table_bits
     # (but the word alone's, in 2^16 rows of counts)
     assert experts.counts.shape == (256 + 65536 + 65536 + 65536, 256)
-    assert experts.slot.shape == (4 * full + 3 * full // 2 + 2 * (full // 16), 2 * default.mix.slots)
+    # (each row 64 bytes with its tag and recent byte, from a cache line's start)
+    assert experts.slot.shape == (4 * full + 3 * full // 2 + 2 * (full // 16), 2 * default.mix.slots + 4)
+    assert experts.slot.shape[1] == 64 and experts.slot.ctypes.data % 64 == 0
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
     # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
     assert default.mix.match_lane and experts.match_table.shape == (2 << default.mix.match_bits,)
