@@ -595,10 +595,10 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
     tag (two bytes, little-endian), its recent byte and a spare byte, so that a row of the default's
     30 slots is one 64-byte cache line (`mix.Experts.reset` aligns them), read in one miss. A byte
     not in its row's slots takes the first empty one, or else the first with the lowest count
-    (what it counted is forgotten). Lanes take their bytes in order, the
-    lowest first, so the order in which they fill a row's slots is fixed. A count once taken never
-    returns to 0 (halving rounds up), so a row's slots in use come first: the first empty slot ends
-    the row, and every reader stops there (`test_mix`: rows stay packed)."""
+    (what it counted is forgotten). Lanes take their bytes in order, the lowest first, so the order
+    in which they fill a row's slots is fixed. A count once taken never returns to 0 (halving
+    rounds up), so a row's slots in use come first: the first empty slot ends the row, and every
+    reader stops there (`test_mix`: rows stay packed)."""
     counts, slot, n_dense = ct
     n_slots = (slot.shape[1] - 4) >> 1
     for b in range(k):
