@@ -9,7 +9,7 @@ kept in integer tables that encoder and decoder update alike after every byte:
     rows             a direct table's row holds a count for every byte; a hashed table's (since
                      2026-12-04, MixSettings.slots) S (byte, count) slots: a new byte takes the
                      first empty slot, else the first with the lowest count. Rows of 30 slots take
-                     63 bytes with the tag and recent byte, not 259, so the default's 256 MB hold
+                     64 bytes with the tag and recent byte (one cache line), not 259, so the default's 256 MB hold
                      2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per
                      byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
                      BENCHMARKS.md). The word alone keeps rows of counts (COUNTED). Files made
@@ -383,7 +383,7 @@ class Experts:
         """Bytes the tables and histories take at most (pages never touched take none)."""
         hist = self.B << self.hb if self.use_hist else 0
         match = self.match_table.nbytes if self.use_match else 0
-        counts = self.n_dense * (256 + 2 + 1) + (self.rows - self.n_dense) * (2 * self.n_slots + 4)
+        counts = self.n_dense * (256 + 2 + 1) + (self.rows - self.n_dense) * (2 * self.n_slots + kernels.SLOT_TAIL)
         return counts + hist + match + self.apm.nbytes + self.apm2.nbytes
 
     # --- state ----------------------------------------------------------------------
@@ -396,7 +396,7 @@ class Experts:
         self.counts = np.zeros((self.n_dense, 256), dtype=np.uint8)
         # rows of slots, each with its tag and recent byte (`mix_kernels.count_bytes`), from a 64-byte
         # boundary: a row of 30 slots is one cache line
-        self.slot = aligned_zeros(max(self.rows - self.n_dense, 1), 2 * self.n_slots + 4)
+        self.slot = aligned_zeros(max(self.rows - self.n_dense, 1), 2 * self.n_slots + kernels.SLOT_TAIL)
         self._tables = (self.counts, self.slot, self.n_dense)  # what the kernels read (`count_bytes`)
         self.tags = np.zeros(max(self.n_dense, 1), dtype=np.uint16)  # the rows of counts' tags
         self.recent = np.zeros(max(self.n_dense, 1), dtype=np.uint8)  # the byte that last followed each context

@@ -37,15 +37,38 @@ def mix64(x):
     return (x ^ (x >> U29)) * P2
 
 
+# A row of slots (`count_bytes`): S (byte, count) pairs, then SLOT_TAIL bytes: its tag (two bytes,
+# little-endian), its recent byte and a spare one. Only the functions below read or write the tail
+# (`touch_rows` reads a row's last byte to bring the row in).
+SLOT_TAIL = 4
+
+
+@njit(cache=True, inline="always")
+def n_slots_of(slot):
+    """The (byte, count) pairs of a row of the slot table."""
+    return (slot.shape[1] - SLOT_TAIL) >> 1
+
+
 @njit(cache=True, inline="always")
 def row_tag(ct, tags, row):
-    """Count table row `row`'s tag: from `tags` for a row of counts, from its last bytes but two
-    (little-endian) for a row of slots (`count_bytes`)."""
+    """Count table row `row`'s tag: from `tags` for a row of counts, from the tail of a row of slots."""
     counts, slot, n_dense = ct
     if row < n_dense:
         return np.int64(tags[row])
     r, w = row - n_dense, slot.shape[1]
-    return np.int64(slot[r, w - 4]) | (np.int64(slot[r, w - 3]) << 8)
+    return np.int64(slot[r, w - SLOT_TAIL]) | (np.int64(slot[r, w - SLOT_TAIL + 1]) << 8)
+
+
+@njit(cache=True, inline="always")
+def set_row_tag(ct, tags, row, tag):
+    """Row `row` takes tag `tag` (0 ... 2^16 - 1), where `row_tag` reads it."""
+    counts, slot, n_dense = ct
+    if row < n_dense:
+        tags[row] = np.uint16(tag)
+    else:
+        r, w = row - n_dense, slot.shape[1]
+        slot[r, w - SLOT_TAIL] = np.uint8(tag & 255)
+        slot[r, w - SLOT_TAIL + 1] = np.uint8(tag >> 8)
 
 
 @njit(cache=True, inline="always")
@@ -55,7 +78,17 @@ def row_recent(ct, recent, row):
     counts, slot, n_dense = ct
     if row < n_dense:
         return recent[row]
-    return slot[row - n_dense, slot.shape[1] - 2]
+    return slot[row - n_dense, slot.shape[1] - SLOT_TAIL + 2]
+
+
+@njit(cache=True, inline="always")
+def set_row_recent(ct, recent, row, byte):
+    """Row `row`'s recent byte becomes `byte`, where `row_recent` reads it."""
+    counts, slot, n_dense = ct
+    if row < n_dense:
+        recent[row] = np.uint8(byte)
+    else:
+        slot[row - n_dense, slot.shape[1] - SLOT_TAIL + 2] = np.uint8(byte)
 
 
 @njit(cache=True)
@@ -192,7 +225,7 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
     2^-PPM_BITS, every division floored. A table of slots (`count_bytes`) gives the same for the
     bytes its slots hold."""
     counts, slot, n_dense = ct
-    n_slots = (slot.shape[1] - 4) >> 1
+    n_slots = n_slots_of(slot)
     for j in range(256):
         excl[j] = False
         p[j] = 0
@@ -284,7 +317,7 @@ def mix_step(
     bit (the mixer's cost was not in these sums: at --fast as fast as the dense ones, 2026-12-04)."""
     E0, base, ent, n_ent = ev
     counts, slot, n_dense = ct
-    n_slots = (slot.shape[1] - 4) >> 1
+    n_slots = n_slots_of(slot)
     n_in = base.shape[1]
     n_count_edges = count_edges.shape[0]
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
@@ -591,8 +624,8 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
 
     ct = (counts, slot, n_dense): rows below n_dense are rows of counts (rows, 256), a count for
     every byte, with their tags and recent bytes in `tags` and `recent`; the rest rows of slot
-    (rows - n_dense, 2 S + 4): S (byte, count) pairs, a count of 0 an empty slot, then the row's
-    tag (two bytes, little-endian), its recent byte and a spare byte, so that a row of the default's
+    (rows - n_dense, 2 S + SLOT_TAIL): S (byte, count) pairs, a count of 0 an empty slot, then the
+    row's tag (two bytes, little-endian), its recent byte and a spare byte, so that a row of the default's
     30 slots is one 64-byte cache line (`mix.Experts.reset` aligns them), read in one miss. A byte
     not in its row's slots takes the first empty one, or else the first with the lowest count
     (what it counted is forgotten). Lanes take their bytes in order, the lowest first, so the order
@@ -600,7 +633,7 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
     rounds up), so a row's slots in use come first: the first empty slot ends the row, and every
     reader stops there (`test_mix`: rows stay packed)."""
     counts, slot, n_dense = ct
-    n_slots = (slot.shape[1] - 4) >> 1
+    n_slots = n_slots_of(slot)
     for b in range(k):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
@@ -611,23 +644,17 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
                 if rows[a, t] == row and tagv[a, t] >= 0:
                     claimed = True
                     break
-            if not claimed:
+            if not claimed:  # the row starts afresh (its recent byte is written below)
                 if row < n_dense:
                     counts[row, :] = 0
-                    tags[row] = np.uint16(tagv[b, t])
                 else:
-                    r = row - n_dense
-                    slot[r, : 2 * n_slots] = 0
-                    slot[r, slot.shape[1] - 4] = np.uint8(tagv[b, t] & 255)
-                    slot[r, slot.shape[1] - 3] = np.uint8(tagv[b, t] >> 8)
+                    slot[row - n_dense, : 2 * n_slots] = 0
+                set_row_tag(ct, tags, row, tagv[b, t])
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
         for t in range(t_lo, t_hi):
             row = rows[b, t]
             if row_tag(ct, tags, row) == tagv[b, t]:
-                if row < n_dense:
-                    recent[row] = np.uint8(y[b])
-                else:
-                    slot[row - n_dense, slot.shape[1] - 2] = np.uint8(y[b])
+                set_row_recent(ct, recent, row, y[b])
     full = np.empty(k * (t_hi - t_lo), dtype=np.int64)
     n_full = 0
     for b in range(k):
@@ -674,7 +701,7 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
                 c = np.int64(counts[row, j])
                 counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
         else:
-            for q in range(n_slots):
+            for q in range(n_slots):  # (an empty slot stays 0)
                 c = np.int64(slot[row - n_dense, 2 * q + 1])
                 slot[row - n_dense, 2 * q + 1] = np.uint8(min(c - (c >> 1), count_limit))
 
