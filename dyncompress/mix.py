@@ -69,7 +69,8 @@ fast, the busy ones settle). There are two such mixers over the same rows and in
 learning at half the rate, each from its own p; z is the mean of their logits (alice29 0.3 %
 smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %; one mixer
 at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter and
-the full rate costs obj2, a learned final weighting of the two is worse than the mean).
+the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
+level has one mixer at 3/4 of the rate (`MixSettings.mixers`): 15 ... 20 % faster for 0.03 % more.
 A last stage (apm, paq's adaptive probability map) refines z: every byte's logit gains a
 correction read from a table row chosen by the previous byte, at that byte's cost under the
 mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient of the code length
@@ -357,6 +358,7 @@ class Experts:
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
             self.w0, self.w0_slow, self.updates0 = load_prior(s.prior, (self.n_sets, self.n_in))
+        self.two = s.mixers == 2  # a second mixer at half the rate, the logits averaged (`mix_kernels.mix_step`)
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
         # scratch for one step (what `mix` used, read by `learn`)
@@ -482,7 +484,7 @@ class Experts:
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
-            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, *whole,
+            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self.two, *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
         return freqs, {
@@ -503,20 +505,20 @@ class Experts:
             kernels.learn_parts(
                 self.parts, self.use_apm, np.ascontiguousarray(freqs, dtype=np.int64), y, k, self.last, self.apm,
                 self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["ev"], used["sets"], used["f_fast"],
-                used["f_slow"], self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
-                self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent, self.s.count_limit,
-                self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
-                self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.match_lane,
-                self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines, self.split_tables,
-                self.split_sets,
+                used["f_slow"], self.two, self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE,
+                W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
+                self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
+                self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
+                self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines,
+                self.split_tables, self.split_sets,
             )  # fmt: skip
             return
         if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
             coded = np.ascontiguousarray(freqs, dtype=np.int64)
             kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
         kernels.mixer_learn(
-            used["ev"], used["sets"], used["f_fast"], used["f_slow"], y, k, self.W, self.W_slow, self.updates, self.lr,
-            self.lr_start, RATE_SETTLE, W_BOUND,
+            used["ev"], used["sets"], used["f_fast"], used["f_slow"], self.two, y, k, self.W, self.W_slow, self.updates,
+            self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(

@@ -292,18 +292,76 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
     return m
 
 
+@njit(cache=True, inline="always")
+def mix_two(b, E0, base, ent, m, sets, W, W_slow, z, z_fast, z_slow, z_bound, weights, weights_slow, acc, acc_slow):
+    """Lane b's logits from two mixers (`mix_step`): z_fast by W, z_slow by W_slow over the same
+    chosen rows, z their mean (rounded down)."""
+    n_in = base.shape[1]
+    for i in range(n_in):
+        w = 0
+        w_slow = 0
+        for s in range(sets.shape[1]):
+            w += W[sets[b, s], i]
+            w_slow += W_slow[sets[b, s], i]
+        weights[i] = np.int32(w)  # rows within +-W_BOUND (`mixer_step`; the starting ones far less): |w| < 2^31
+        weights_slow[i] = np.int32(w_slow)
+    common = 0  # what every byte gets: sum_i w_i base_i
+    common_slow = 0
+    for i in range(n_in):
+        common += weights[i] * base[b, i]
+        common_slow += weights_slow[i] * base[b, i]
+    w, w_slow = weights[0], weights_slow[0]
+    for j in range(256):
+        e = np.int64(E0[b, j])
+        acc[j] = common + w * e
+        acc_slow[j] = common_slow + w_slow * e
+    for q in range(m):  # and every byte listed, its input's weight times its difference
+        i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
+        acc[j] += weights[i] * d
+        acc_slow[j] += weights_slow[i] * d
+    for j in range(256):
+        z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
+        z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
+        z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
+
+
+@njit(cache=True, inline="always")
+def mix_one(b, E0, base, ent, m, sets, W, z, z_fast, z_bound, weights, acc):
+    """Lane b's logits from one mixer (`mix_step`): z = z_fast by W, the same sums as
+    `mix_two`'s first."""
+    n_in = base.shape[1]
+    for i in range(n_in):
+        w = 0
+        for s in range(sets.shape[1]):
+            w += W[sets[b, s], i]
+        weights[i] = np.int32(w)
+    common = 0
+    for i in range(n_in):
+        common += weights[i] * base[b, i]
+    w = weights[0]
+    for j in range(256):
+        acc[j] = common + w * np.int64(E0[b, j])
+    for q in range(m):
+        i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
+        acc[j] += weights[i] * d
+    for j in range(256):
+        z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
+        z[b, j] = z_fast[b, j]
+
+
 @njit(cache=True)
 def mix_step(
     logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, lo, hi,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
     which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6); and from z
-    the coded frequencies (`frequencies`). z is the mean of two mixers' logits, z_fast by the
-    weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
-    probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`). The first n_seen
+    the coded frequencies (`frequencies`). With `two`, z is the mean of two mixers' logits, z_fast by
+    the weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
+    probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`); without, z is
+    z_fast (W alone; W_slow, z_slow and f_slow are not touched). The first n_seen
     of the K count tables choose the highest context seen (the record context, last, does not).
     n_ppm: the order tables the PPM input reads (0: none).
     With an APM table (rows > 0), the mixer's own frequencies go to f0 and the coded ones are
@@ -405,34 +463,14 @@ def mix_step(
         keys = (last[b] & MASK16, word[b, 0], last[b] & MASK24)  # HASHED_SETS: pair, word, triple
         for s in range(3):
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
-        for i in range(n_in):
-            w = 0
-            w_slow = 0
-            for s in range(sets.shape[1]):
-                w += W[sets[b, s], i]
-                w_slow += W_slow[sets[b, s], i]
-            weights[i] = np.int32(w)  # rows within +-W_BOUND (`mixer_step`; the starting ones far less): |w| < 2^31
-            weights_slow[i] = np.int32(w_slow)
-        common = 0  # what every byte gets: sum_i w_i base_i
-        common_slow = 0
-        for i in range(n_in):
-            common += weights[i] * base[b, i]
-            common_slow += weights_slow[i] * base[b, i]
-        w, w_slow = weights[0], weights_slow[0]
-        for j in range(256):
-            e = np.int64(E0[b, j])
-            acc[j] = common + w * e
-            acc_slow[j] = common_slow + w_slow * e
-        for q in range(m):  # and every byte listed, its input's weight times its difference
-            i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
-            acc[j] += weights[i] * d
-            acc_slow[j] += weights_slow[i] * d
-        for j in range(256):
-            z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
-            z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
-            z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
+        if two:
+            mix_two(b, E0, base, ent, m, sets, W, W_slow, z, z_fast, z_slow, z_bound, weights, weights_slow, acc,
+                    acc_slow)  # fmt: skip
+        else:
+            mix_one(b, E0, base, ent, m, sets, W, z, z_fast, z_bound, weights, acc)
     shares(z_fast[lo:hi], exp, f_fast[lo:hi])
-    shares(z_slow[lo:hi], exp, f_slow[lo:hi])
+    if two:
+        shares(z_slow[lo:hi], exp, f_slow[lo:hi])
     if apm.shape[0] == 0:
         frequencies(z[lo:hi], exp, freqs[lo:hi])
         return
@@ -445,7 +483,7 @@ def mix_step(
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
     word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
-    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
+    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
     reads the tables, and writes each lane's own rows."""
@@ -454,7 +492,7 @@ def mix_parts(
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
             word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, p * B // parts,
+            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, p * B // parts,
             (p + 1) * B // parts,
         )  # fmt: skip
 
@@ -517,12 +555,12 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
+def mixer_gradients(ev, f_fast, f_slow, two, y, lo, hi, G_fast, G_slow):
     """Rows lo ... hi - 1 of G_fast and G_slow (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy
-    for each mixer, p its own frequencies (int32, below 2^24; e below 2^18: each product widens to
-    int64), from the evidence as `mix_step` keeps it in ev: sum_j p_j e_ij = base_i sum_j p_j + the
-    listed bytes' p_j (e_ij - base_i), the same integer. Every lane's is its own (the weights do not
-    enter it): `learn_parts` computes them in runs of lanes side by side."""
+    for each mixer (G_slow only with `two`), p its own frequencies (int32, below 2^24; e below 2^18:
+    each product widens to int64), from the evidence as `mix_step` keeps it in ev: sum_j p_j e_ij =
+    base_i sum_j p_j + the listed bytes' p_j (e_ij - base_i), the same integer. Every lane's is its
+    own (the weights do not enter it): `learn_parts` computes them in runs of lanes side by side."""
     E0, base, ent, n_ent = ev
     n_in = base.shape[1]
     acc = np.empty(n_in, dtype=np.int64)
@@ -534,12 +572,13 @@ def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
         net = 0
         net_slow = 0
         for j in range(256):
-            f, f_slow_j = np.int64(f_fast[b, j]), np.int64(f_slow[b, j])
+            f, e = np.int64(f_fast[b, j]), np.int64(E0[b, j])
             total += f
-            total_slow += f_slow_j
-            e = np.int64(E0[b, j])
             net += f * e
-            net_slow += f_slow_j * e
+            if two:
+                f_slow_j = np.int64(f_slow[b, j])
+                total_slow += f_slow_j
+                net_slow += f_slow_j * e
         acc[0], acc_slow[0], at_y[0] = net, net_slow, E0[b, y[b]]
         for i in range(1, n_in):
             acc[i] = base[b, i] * total
@@ -556,7 +595,8 @@ def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
                     at_y[i_run] += s_y
                 i_run, s_fast, s_slow, s_y = i, 0, 0, 0
             s_fast += np.int64(f_fast[b, j]) * d
-            s_slow += np.int64(f_slow[b, j]) * d
+            if two:
+                s_slow += np.int64(f_slow[b, j]) * d
             s_y += d * np.int64(j == y[b])
         if i_run >= 0:
             acc[i_run] += s_fast
@@ -564,7 +604,8 @@ def mixer_gradients(ev, f_fast, f_slow, y, lo, hi, G_fast, G_slow):
             at_y[i_run] += s_y
         for i in range(n_in):
             G_fast[b, i] = (acc[i] >> 24) - at_y[i]
-            G_slow[b, i] = (acc_slow[i] >> 24) - at_y[i]
+            if two:
+                G_slow[b, i] = (acc_slow[i] >> 24) - at_y[i]
 
 
 @njit(cache=True)
@@ -586,33 +627,34 @@ def mixer_step(G, sets, k, W, rate, w_bound, s_lo, s_hi):
 
 
 @njit(cache=True)
-def mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, s_lo, s_hi):
-    """Both mixers' steps from their gradients in the weight sets s_lo ... s_hi - 1, each chosen row
+def mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, s_lo, s_hi):
+    """The mixers' steps from their gradients in the weight sets s_lo ... s_hi - 1, each chosen row
     at its own rate from the steps it had taken before this one: max(lr, lr_start / (settle +
-    steps)) for W, half that (each term halved, floored) for W_slow. Every set's rows (and their
+    steps)) for W, half that (each term halved, floored) for W_slow (with `two`). Every set's rows (and their
     step counts) are its own, so the sets can be stepped in any grouping (`learn_parts`)."""
     rate = np.empty(sets.shape, dtype=np.int64)
     for b in range(k):
         for s in range(s_lo, s_hi):
             rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
     mixer_step(G_fast, sets, k, W, rate, w_bound, s_lo, s_hi)
-    for b in range(k):
-        for s in range(s_lo, s_hi):
-            rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
-    mixer_step(G_slow, sets, k, W_slow, rate, w_bound, s_lo, s_hi)
+    if two:
+        for b in range(k):
+            for s in range(s_lo, s_hi):
+                rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
+        mixer_step(G_slow, sets, k, W_slow, rate, w_bound, s_lo, s_hi)
     for b in range(k):
         for s in range(s_lo, s_hi):
             updates[sets[b, s]] += 1
 
 
 @njit(cache=True)
-def mixer_learn(ev, sets, f_fast, f_slow, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
-    """Both mixers' steps after byte y (`mixer_steps`), with their gradients from the evidence ev
+def mixer_learn(ev, sets, f_fast, f_slow, two, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+    """The mixers' steps after byte y (`mixer_steps`), with their gradients from the evidence ev
     (`mix_step`)."""
     G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
     G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
-    mixer_gradients(ev, f_fast, f_slow, y, 0, k, G_fast, G_slow)
-    mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, sets.shape[1])
+    mixer_gradients(ev, f_fast, f_slow, two, y, 0, k, G_fast, G_slow)
+    mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, sets.shape[1])
 
 
 @njit(cache=True)
@@ -875,8 +917,8 @@ def frequencies(z, exp, out):
 
 @njit(cache=True, parallel=True)
 def learn_parts(
-    parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, W,
-    W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
+    parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, two,
+    W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
     match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
@@ -890,10 +932,10 @@ def learn_parts(
     G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
     G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
     for p in prange(parts):
-        mixer_gradients(ev, f_fast, f_slow, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
+        mixer_gradients(ev, f_fast, f_slow, two, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
     for section in prange(2):
         if section == 0:
-            mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)
+            mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)
             if count_tables:
                 count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, 0, split_tables)
         else:
@@ -903,7 +945,9 @@ def learn_parts(
                 count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, split_tables, rows.shape[1])
             if split_sets < sets.shape[1]:
                 S = sets.shape[1]
-                mixer_steps(G_fast, G_slow, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S)
+                mixer_steps(
+                    G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, split_sets, S
+                )
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
                 match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines,

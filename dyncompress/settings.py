@@ -152,6 +152,9 @@ class MixSettings:
     slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
     mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
+    # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
+    # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
+    mixers: int = 2
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:
@@ -168,6 +171,7 @@ class MixSettings:
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
             (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
+            (self.mixers in (1, 2), "mixers must be 1 or 2"),
             (
                 not self.prior or self.prior in MIX_PRIORS,
                 f"unknown mixer prior {self.prior!r} (this version knows {', '.join(MIX_PRIORS)})",
@@ -378,7 +382,10 @@ MIN_LANE_BYTES = 40 * 1024
 # Every expert but the APM: it saves 0.5 % (alice29 2.0149 -> 2.0057 bits per byte, the enwik8
 # slice 2.2148 -> 2.2051) and halves the speed (136 -> 64 and 145 -> 96 kB/s; BENCHMARKS.md).
 FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
-FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS)
+# One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
+# of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
+# full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
+FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375)
 FAST_LANE_BYTES = 8 * 1024
 
 

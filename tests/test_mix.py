@@ -17,6 +17,7 @@ from dyncompress.measure import measure
 from dyncompress.mix import (
     ORDERS,
     PRIOR_SHA256,
+    RATE_SETTLE,
     Z_BOUND,
     Experts,
     dense_evidence,
@@ -82,14 +83,17 @@ def test_the_compiled_frequencies_are_the_exact_ones():
     assert (out.sum(axis=1) == 1 << 24).all() and out.min() >= 1
 
 
-@pytest.mark.parametrize("experts", [ALL, FAST_EXPERTS], ids=["every expert", "no apm"])
-def test_mixing_split_over_threads_changes_nothing(experts):
+@pytest.mark.parametrize(
+    "experts, mixers", [(ALL, 2), (FAST_EXPERTS, 2), (FAST_EXPERTS, 1)], ids=["every expert", "no apm", "one mixer"]
+)
+def test_mixing_split_over_threads_changes_nothing(experts, mixers):
     """`mix_parts` (runs of lanes side by side on threads, `split`) gives the serial mix's
     frequencies, logits and evidence at every step, and the same state after, on real text in
     5 lanes split into 2 and into 3 runs: every expert on, and without the APM (`learn_parts` then
-    takes half the count tables and half the mixers' weight sets beside `advance`)."""
+    takes half the count tables and half the mixers' weight sets beside `advance`), with two
+    mixers and with one (the fast level's)."""
     text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
-    runs = [Experts(MixSettings(experts=experts, table_bits=12), 5) for _ in range(3)]
+    runs = [Experts(MixSettings(experts=experts, table_bits=12, mixers=mixers), 5) for _ in range(3)]
     split = runs[0].split_tables < runs[0].K and runs[0].split_sets < runs[0]._sets.shape[1]
     assert runs[0].split_tables > 0 and runs[0].split_sets > 0 and split == ("apm" not in experts)
     split_started()
@@ -232,6 +236,30 @@ def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
         e = exp[np.minimum((z_own.max() - z_own + 2) >> 2, len(exp) - 1)]
         assert np.array_equal(f_own, (e * ((1 << 56) // int(e.sum()))) >> 32)
         assert abs(int(f_own.sum()) - (1 << 24)) < 256 and np.abs(f_own - frequencies_of(z_own)).max() < 256
+
+
+def test_one_mixer_codes_its_own_logits_and_leaves_the_second_alone():
+    """mixers=1 (the fast level): z is the one mixer's logits (its chosen rows times the evidence,
+    clamped), coded as they are, and it learns from their own shares at the full rate; the second
+    mixer's weights and shares stay as they started, untouched."""
+    one = MixSettings(experts="orders,match", table_bits=12, mixers=1)
+    experts = feed(Experts(one, 1), corpus("alice29.txt")[:2000])
+    assert np.array_equal(experts.W_slow, experts.w0_slow) and not np.array_equal(experts.W, experts.w0)
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    E, rows = dense_evidence(used["ev"], 0), used["sets"][0]
+    z = np.clip((experts.W[rows].sum(axis=0) @ E) >> 16, -Z_BOUND, Z_BOUND)
+    assert np.array_equal(used["z"][0], z) and np.array_equal(freqs[0], frequencies_of(z))
+    assert not used["f_slow"].any()  # (never written: the scratch's zeros)
+    w = experts.W.copy()
+    experts.learn(used, freqs, np.array([ord("a")]), 1)
+    rate = np.maximum(experts.lr, experts.lr_start // (RATE_SETTLE + experts.updates[rows] - 1))
+    exp = checked_tables()[2]
+    e = exp[np.minimum((z.max() - z + 2) >> 2, len(exp) - 1)]
+    p = (e * ((1 << 56) // int(e.sum()))) >> 32
+    assert np.array_equal(used["f_fast"][0], p)
+    g = ((p[None, :] * E).sum(axis=1) >> 24) - E[:, ord("a")]
+    assert np.array_equal(experts.W[rows] - w[rows], -((g[None, :] * rate[:, None] + (1 << 15)) >> 16))
+    assert np.array_equal(experts.W_slow, experts.w0_slow)
 
 
 def frequencies_of(z: np.ndarray) -> np.ndarray:
@@ -520,6 +548,8 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert s.mix.prior == DEFAULT_PRIOR
     assert make_settings(model=None, device="cpu").mix.prior == ONLINE_PRIOR
     assert make_settings(model=None, device="cpu", hidden=0).mix.prior == ""  # --fast
+    assert make_settings(model=None, device="cpu", hidden=0).mix.mixers == 1  # --fast: one mixer
+    assert make_settings(model=None, device="cpu").mix.mixers == 2
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
     W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
