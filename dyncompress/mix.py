@@ -226,6 +226,20 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     return W, W_slow, updates
 
 
+def byte_classes(n: int) -> np.ndarray:
+    """Every byte's class for the mixer's weights (`MixSettings.classes`), (256,) int64: 1, one class;
+    7: digits, capitals, small letters (ASCII), UTF-8's continuation bytes (0x80 ... 0xBF), the lead
+    bytes of 2-byte characters (0xC0 ... 0xDF), of 3- and 4-byte ones (0xE0 ... 0xFF), and the
+    rest (space, punctuation, controls)."""
+    out = np.zeros(256, dtype=np.int64)
+    if n == 7:
+        out[ord("0") : ord("9") + 1] = 1
+        out[ord("A") : ord("Z") + 1] = 2
+        out[ord("a") : ord("z") + 1] = 3
+        out[0x80:0xC0], out[0xC0:0xE0], out[0xE0:] = 4, 5, 6
+    return out
+
+
 def table_sizes(
     tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False, slots: int = 0
 ) -> list[int]:
@@ -358,6 +372,11 @@ class Experts:
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
             self.w0, self.w0_slow, self.updates0 = load_prior(s.prior, (self.n_sets, self.n_in))
+        # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
+        # starting from the input's weight (C = 1: one weight an input, as before classes)
+        self.cls = byte_classes(s.classes)
+        if s.classes > 1:
+            self.w0, self.w0_slow = (np.repeat(w, s.classes, axis=1) for w in (self.w0, self.w0_slow))
         self.two = s.mixers == 2  # a second mixer at half the rate, the logits averaged (`mix_kernels.mix_step`)
         self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
         self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
@@ -484,7 +503,8 @@ class Experts:
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
-            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self.two, *whole,
+            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
+            *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs
         return freqs, {
@@ -505,8 +525,8 @@ class Experts:
             kernels.learn_parts(
                 self.parts, self.use_apm, np.ascontiguousarray(freqs, dtype=np.int64), y, k, self.last, self.apm,
                 self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["ev"], used["sets"], used["f_fast"],
-                used["f_slow"], self.two, self.W, self.W_slow, self.updates, self.lr, self.lr_start, RATE_SETTLE,
-                W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
+                used["f_slow"], self.two, self.cls, self.W, self.W_slow, self.updates, self.lr, self.lr_start,
+                RATE_SETTLE, W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
                 self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
                 self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
                 self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines,
@@ -517,8 +537,8 @@ class Experts:
             coded = np.ascontiguousarray(freqs, dtype=np.int64)
             kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
         kernels.mixer_learn(
-            used["ev"], used["sets"], used["f_fast"], used["f_slow"], self.two, y, k, self.W, self.W_slow, self.updates,
-            self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
+            used["ev"], used["sets"], used["f_fast"], used["f_slow"], self.two, self.cls, y, k, self.W, self.W_slow,
+            self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(

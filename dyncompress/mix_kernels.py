@@ -293,67 +293,42 @@ def ppm_evidence(b, rows, tagv, n_orders, ct, tags, i, base, ent, m, excl, p, ln
 
 
 @njit(cache=True, inline="always")
-def mix_two(b, E0, base, ent, m, sets, W, W_slow, z, z_fast, z_slow, z_bound, weights, weights_slow, acc, acc_slow):
-    """Lane b's logits from two mixers (`mix_step`): z_fast by W, z_slow by W_slow over the same
-    chosen rows, z their mean (rounded down)."""
-    n_in = base.shape[1]
-    for i in range(n_in):
+def chosen_weights(b, sets, W, weights):
+    """Lane b's weights: every column of W summed over the rows its weight sets chose (`mix_step`;
+    rows within +-W_BOUND (`mixer_step`; the starting ones far less): each sum below 2^31)."""
+    for col in range(W.shape[1]):
         w = 0
-        w_slow = 0
         for s in range(sets.shape[1]):
-            w += W[sets[b, s], i]
-            w_slow += W_slow[sets[b, s], i]
-        weights[i] = np.int32(w)  # rows within +-W_BOUND (`mixer_step`; the starting ones far less): |w| < 2^31
-        weights_slow[i] = np.int32(w_slow)
-    common = 0  # what every byte gets: sum_i w_i base_i
-    common_slow = 0
-    for i in range(n_in):
-        common += weights[i] * base[b, i]
-        common_slow += weights_slow[i] * base[b, i]
-    w, w_slow = weights[0], weights_slow[0]
-    for j in range(256):
-        e = np.int64(E0[b, j])
-        acc[j] = common + w * e
-        acc_slow[j] = common_slow + w_slow * e
-    for q in range(m):  # and every byte listed, its input's weight times its difference
-        i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
-        acc[j] += weights[i] * d
-        acc_slow[j] += weights_slow[i] * d
-    for j in range(256):
-        z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
-        z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
-        z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
+            w += W[sets[b, s], col]
+        weights[col] = np.int32(w)
 
 
 @njit(cache=True, inline="always")
-def mix_one(b, E0, base, ent, m, sets, W, z, z_fast, z_bound, weights, acc):
-    """Lane b's logits from one mixer (`mix_step`): z = z_fast by W, the same sums as
-    `mix_two`'s first."""
+def mixed_logits(b, E0, base, ent, m, cls, weights, common, acc):
+    """acc[j] = sum_i w_i,cls(j) e_ij for lane b (`mix_step`): input i's weight for byte j is the one
+    of j's class (column i * C + cls[j] of the weights; C = 1: one weight an input), the evidence
+    sparse as `mix_step` keeps it: what every byte of a class gets (sum_i w_i,c base_i), the
+    network's logits, then every byte listed, its input's weight times its difference."""
     n_in = base.shape[1]
+    C = weights.shape[0] // n_in
+    for c in range(C):
+        common[c] = 0
     for i in range(n_in):
-        w = 0
-        for s in range(sets.shape[1]):
-            w += W[sets[b, s], i]
-        weights[i] = np.int32(w)
-    common = 0
-    for i in range(n_in):
-        common += weights[i] * base[b, i]
-    w = weights[0]
+        for c in range(C):
+            common[c] += weights[i * C + c] * base[b, i]
     for j in range(256):
-        acc[j] = common + w * np.int64(E0[b, j])
+        c = cls[j]
+        acc[j] = common[c] + weights[c] * np.int64(E0[b, j])
     for q in range(m):
         i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
-        acc[j] += weights[i] * d
-    for j in range(256):
-        z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
-        z[b, j] = z_fast[b, j]
+        acc[j] += weights[i * C + cls[j]] * d
 
 
 @njit(cache=True)
 def mix_step(
     logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
     set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, lo, hi,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
@@ -380,8 +355,9 @@ def mix_step(
     n_count_edges = count_edges.shape[0]
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
     unseen = logt[0]  # a count of 0's evidence
-    weights = np.empty(n_in, dtype=np.int64)
-    weights_slow = np.empty(n_in, dtype=np.int64)
+    weights = np.empty(W.shape[1], dtype=np.int64)
+    weights_slow = np.empty(W.shape[1], dtype=np.int64)
+    common = np.empty(W.shape[1] // n_in, dtype=np.int64)
     acc = np.empty(256, dtype=np.int64)
     acc_slow = np.empty(256, dtype=np.int64)
     excl = np.empty(256, dtype=np.bool_)
@@ -463,11 +439,19 @@ def mix_step(
         keys = (last[b] & MASK16, word[b, 0], last[b] & MASK24)  # HASHED_SETS: pair, word, triple
         for s in range(3):
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
-        if two:
-            mix_two(b, E0, base, ent, m, sets, W, W_slow, z, z_fast, z_slow, z_bound, weights, weights_slow, acc,
-                    acc_slow)  # fmt: skip
+        chosen_weights(b, sets, W, weights)
+        mixed_logits(b, E0, base, ent, m, cls, weights, common, acc)
+        if two:  # the second mixer, over the same rows: z is their mean (rounded down)
+            chosen_weights(b, sets, W_slow, weights_slow)
+            mixed_logits(b, E0, base, ent, m, cls, weights_slow, common, acc_slow)
+            for j in range(256):
+                z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
+                z_slow[b, j] = min(max(acc_slow[j] >> 16, -z_bound), z_bound)
+                z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
         else:
-            mix_one(b, E0, base, ent, m, sets, W, z, z_fast, z_bound, weights, acc)
+            for j in range(256):
+                z_fast[b, j] = min(max(acc[j] >> 16, -z_bound), z_bound)
+                z[b, j] = z_fast[b, j]
     shares(z_fast[lo:hi], exp, f_fast[lo:hi])
     if two:
         shares(z_slow[lo:hi], exp, f_slow[lo:hi])
@@ -483,7 +467,7 @@ def mix_step(
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
     word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
-    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two,
+    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
     reads the tables, and writes each lane's own rows."""
@@ -492,8 +476,8 @@ def mix_parts(
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
             word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, p * B // parts,
-            (p + 1) * B // parts,
+            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
+            p * B // parts, (p + 1) * B // parts,
         )  # fmt: skip
 
 
@@ -555,57 +539,65 @@ def apm_learn(freqs, y, k, last, apm, apm2, apm_at, lr, lr2, bound):
 
 
 @njit(cache=True)
-def mixer_gradients(ev, f_fast, f_slow, two, y, lo, hi, G_fast, G_slow):
-    """Rows lo ... hi - 1 of G_fast and G_slow (k, n_in): lane b's gradient sum_j p_j e_ij - e_iy
-    for each mixer (G_slow only with `two`), p its own frequencies (int32, below 2^24; e below 2^18:
-    each product widens to int64), from the evidence as `mix_step` keeps it in ev: sum_j p_j e_ij =
-    base_i sum_j p_j + the listed bytes' p_j (e_ij - base_i), the same integer. Every lane's is its
+def mixer_gradients(ev, f_fast, f_slow, two, cls, y, lo, hi, G_fast, G_slow):
+    """Rows lo ... hi - 1 of G_fast and G_slow (k, n_in * C): lane b's gradient of the code length
+    for each weight, sum_{j of class c} p_j e_ij - [y of class c] e_iy for input i's weight of
+    class c (column i * C + c; C = 1: sum_j p_j e_ij - e_iy), for each mixer (G_slow only with
+    `two`), p its own frequencies (int32, below 2^24; e below 2^18: each product widens to int64),
+    from the evidence as `mix_step` keeps it in ev: a class's sum_j p_j e_ij = base_i sum_j p_j
+    (over the class) + the listed bytes' p_j (e_ij - base_i), the same integer. Every lane's is its
     own (the weights do not enter it): `learn_parts` computes them in runs of lanes side by side."""
     E0, base, ent, n_ent = ev
     n_in = base.shape[1]
-    acc = np.empty(n_in, dtype=np.int64)
-    acc_slow = np.empty(n_in, dtype=np.int64)
-    at_y = np.empty(n_in, dtype=np.int64)
+    n_cols = G_fast.shape[1]
+    C = n_cols // n_in
+    acc = np.empty(n_cols, dtype=np.int64)
+    acc_slow = np.empty(n_cols, dtype=np.int64)
+    at_y = np.empty(n_cols, dtype=np.int64)
+    total = np.empty(C, dtype=np.int64)
+    total_slow = np.empty(C, dtype=np.int64)
     for b in range(lo, hi):
-        total = 0
-        total_slow = 0
-        net = 0
-        net_slow = 0
+        cy = cls[y[b]]
+        for c in range(C):
+            total[c] = total_slow[c] = acc[c] = acc_slow[c] = at_y[c] = 0
         for j in range(256):
+            c = cls[j]
             f, e = np.int64(f_fast[b, j]), np.int64(E0[b, j])
-            total += f
-            net += f * e
+            total[c] += f
+            acc[c] += f * e
             if two:
                 f_slow_j = np.int64(f_slow[b, j])
-                total_slow += f_slow_j
-                net_slow += f_slow_j * e
-        acc[0], acc_slow[0], at_y[0] = net, net_slow, E0[b, y[b]]
+                total_slow[c] += f_slow_j
+                acc_slow[c] += f_slow_j * e
+        at_y[cy] = E0[b, y[b]]
         for i in range(1, n_in):
-            acc[i] = base[b, i] * total
-            acc_slow[i] = base[b, i] * total_slow
-            at_y[i] = base[b, i]
-        i_run = -1  # the entries come in runs of one input: summed in registers, added at the run's end
+            for c in range(C):
+                acc[i * C + c] = base[b, i] * total[c]
+                acc_slow[i * C + c] = base[b, i] * total_slow[c]
+                at_y[i * C + c] = base[b, i] if c == cy else 0
+        col_run = -1  # the entries come in runs of one input (and class): summed in registers, added at the run's end
         s_fast = s_slow = s_y = 0
         for q in range(n_ent[b]):
             i, j, d = ent[b, q, 0], ent[b, q, 1], np.int64(ent[b, q, 2])
-            if i != i_run:
-                if i_run >= 0:
-                    acc[i_run] += s_fast
-                    acc_slow[i_run] += s_slow
-                    at_y[i_run] += s_y
-                i_run, s_fast, s_slow, s_y = i, 0, 0, 0
+            col = i * C + cls[j]
+            if col != col_run:
+                if col_run >= 0:
+                    acc[col_run] += s_fast
+                    acc_slow[col_run] += s_slow
+                    at_y[col_run] += s_y
+                col_run, s_fast, s_slow, s_y = col, 0, 0, 0
             s_fast += np.int64(f_fast[b, j]) * d
             if two:
                 s_slow += np.int64(f_slow[b, j]) * d
             s_y += d * np.int64(j == y[b])
-        if i_run >= 0:
-            acc[i_run] += s_fast
-            acc_slow[i_run] += s_slow
-            at_y[i_run] += s_y
-        for i in range(n_in):
-            G_fast[b, i] = (acc[i] >> 24) - at_y[i]
+        if col_run >= 0:
+            acc[col_run] += s_fast
+            acc_slow[col_run] += s_slow
+            at_y[col_run] += s_y
+        for col in range(n_cols):
+            G_fast[b, col] = (acc[col] >> 24) - at_y[col]
             if two:
-                G_slow[b, i] = (acc_slow[i] >> 24) - at_y[i]
+                G_slow[b, col] = (acc_slow[col] >> 24) - at_y[col]
 
 
 @njit(cache=True)
@@ -648,12 +640,12 @@ def mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, 
 
 
 @njit(cache=True)
-def mixer_learn(ev, sets, f_fast, f_slow, two, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
+def mixer_learn(ev, sets, f_fast, f_slow, two, cls, y, k, W, W_slow, updates, lr, lr_start, settle, w_bound):
     """The mixers' steps after byte y (`mixer_steps`), with their gradients from the evidence ev
     (`mix_step`)."""
-    G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
-    G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
-    mixer_gradients(ev, f_fast, f_slow, two, y, 0, k, G_fast, G_slow)
+    G_fast = np.empty((k, W.shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, W.shape[1]), dtype=np.int64)
+    mixer_gradients(ev, f_fast, f_slow, two, cls, y, 0, k, G_fast, G_slow)
     mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, sets.shape[1])
 
 
@@ -918,7 +910,7 @@ def frequencies(z, exp, out):
 @njit(cache=True, parallel=True)
 def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, two,
-    W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
+    cls, W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
     match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
 ):  # fmt: skip
@@ -929,10 +921,10 @@ def learn_parts(
     before `advance` moves them on, in its own section), and each kernel runs as it does alone: the
     same state for any split. Before them, the mixers' gradients, every lane's its own, in `parts`
     runs of lanes."""
-    G_fast = np.empty((k, ev[1].shape[1]), dtype=np.int64)
-    G_slow = np.empty((k, ev[1].shape[1]), dtype=np.int64)
+    G_fast = np.empty((k, W.shape[1]), dtype=np.int64)
+    G_slow = np.empty((k, W.shape[1]), dtype=np.int64)
     for p in prange(parts):
-        mixer_gradients(ev, f_fast, f_slow, two, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
+        mixer_gradients(ev, f_fast, f_slow, two, cls, y, p * k // parts, (p + 1) * k // parts, G_fast, G_slow)
     for section in prange(2):
         if section == 0:
             mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)

@@ -151,10 +151,16 @@ class MixSettings:
     # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per byte (`mix`)
     slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
-    mix_lr: float = 0.0005  # the rate the mixer's weight rows settle at (they start 16 times higher)
+    # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
+    mix_lr: float = 0.0004
     # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
     # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
     mixers: int = 2
+    # 7: a weight for every input and class of the byte it weighs (digits, capitals, small letters,
+    # UTF-8's continuation bytes, two kinds of lead bytes, the rest; `mix.byte_classes`); 1: one.
+    # At the default 0.5 ... 0.7 % smaller on German, Portuguese and English text, 1.9 % on Chinese
+    # (BENCHMARKS.md, 2026-12-04); the fast level keeps 1 (7 costs it a quarter of its speed)
+    classes: int = 7
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:
@@ -172,6 +178,7 @@ class MixSettings:
             (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
             (self.mixers in (1, 2), "mixers must be 1 or 2"),
+            (self.classes in (1, 7), "byte classes must be 1 or 7"),
             (
                 not self.prior or self.prior in MIX_PRIORS,
                 f"unknown mixer prior {self.prior!r} (this version knows {', '.join(MIX_PRIORS)})",
@@ -385,7 +392,7 @@ FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
 # One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
 # of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
-FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375)
+FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375, classes=1)
 FAST_LANE_BYTES = 8 * 1024
 
 

@@ -78,7 +78,7 @@ def test_test_and_info_and_damaged_files(tmp_path, text_file):
     r = run_cli("info", "-", input=data)  # from a pipe too: the size is what the frames spanned
     assert r.returncode == 0 and f"compressed size {len(data):,} bytes".encode() in r.stdout, r.stdout
     assert b"adaptation      beta1=0.0" in r.stdout
-    experts = rb"experts +count_limit=250, experts=orders,word,gap,match,ppm,apm,record,column,"
+    experts = rb"experts +classes=7, count_limit=250, experts=orders,word,gap,match,ppm,apm,record,column,.* mixers=2,"
     assert re.search(experts, r.stdout), r.stdout
     assert re.search(rb"tables +\d+ MiB at most", r.stdout), r.stdout
 

@@ -20,6 +20,7 @@ from dyncompress.mix import (
     RATE_SETTLE,
     Z_BOUND,
     Experts,
+    byte_classes,
     dense_evidence,
     load_prior,
     log_table,
@@ -84,16 +85,19 @@ def test_the_compiled_frequencies_are_the_exact_ones():
 
 
 @pytest.mark.parametrize(
-    "experts, mixers", [(ALL, 2), (FAST_EXPERTS, 2), (FAST_EXPERTS, 1)], ids=["every expert", "no apm", "one mixer"]
+    "experts, mixers, classes",
+    [(ALL, 2, 7), (FAST_EXPERTS, 2, 7), (FAST_EXPERTS, 1, 1)],
+    ids=["every expert", "no apm", "one mixer, one class"],
 )
-def test_mixing_split_over_threads_changes_nothing(experts, mixers):
+def test_mixing_split_over_threads_changes_nothing(experts, mixers, classes):
     """`mix_parts` (runs of lanes side by side on threads, `split`) gives the serial mix's
     frequencies, logits and evidence at every step, and the same state after, on real text in
     5 lanes split into 2 and into 3 runs: every expert on, and without the APM (`learn_parts` then
     takes half the count tables and half the mixers' weight sets beside `advance`), with two
-    mixers and with one (the fast level's)."""
+    mixers and byte classes and with one of each (the fast level's)."""
     text = np.frombuffer(corpus("alice29.txt")[: 5 * 700], dtype=np.uint8).reshape(5, -1)
-    runs = [Experts(MixSettings(experts=experts, table_bits=12, mixers=mixers), 5) for _ in range(3)]
+    mix = MixSettings(experts=experts, table_bits=12, mixers=mixers, classes=classes)
+    runs = [Experts(mix, 5) for _ in range(3)]
     split = runs[0].split_tables < runs[0].K and runs[0].split_sets < runs[0]._sets.shape[1]
     assert runs[0].split_tables > 0 and runs[0].split_sets > 0 and split == ("apm" not in experts)
     split_started()
@@ -214,7 +218,8 @@ def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
     """The mixed logits are the mean of two mixers' over the same rows (each the sum of its chosen
     rows times the evidence, in units of 2^-16, clamped); from equal weights, the second's step is
     half the first's; they part, each learning from its own frequencies."""
-    experts = feed(Experts(MixSettings(experts="orders,match", table_bits=12), 1), corpus("alice29.txt")[:2000])
+    one_class = MixSettings(experts="orders,match", table_bits=12, classes=1)
+    experts = feed(Experts(one_class, 1), corpus("alice29.txt")[:2000])
     assert not np.array_equal(experts.W, experts.W_slow)
     experts.W_slow[...] = experts.W
     freqs, used = experts.mix(np.zeros((1, 256)))
@@ -242,7 +247,7 @@ def test_one_mixer_codes_its_own_logits_and_leaves_the_second_alone():
     """mixers=1 (the fast level): z is the one mixer's logits (its chosen rows times the evidence,
     clamped), coded as they are, and it learns from their own shares at the full rate; the second
     mixer's weights and shares stay as they started, untouched."""
-    one = MixSettings(experts="orders,match", table_bits=12, mixers=1)
+    one = MixSettings(experts="orders,match", table_bits=12, mixers=1, classes=1)
     experts = feed(Experts(one, 1), corpus("alice29.txt")[:2000])
     assert np.array_equal(experts.W_slow, experts.w0_slow) and not np.array_equal(experts.W, experts.w0)
     freqs, used = experts.mix(np.zeros((1, 256)))
@@ -260,6 +265,42 @@ def test_one_mixer_codes_its_own_logits_and_leaves_the_second_alone():
     g = ((p[None, :] * E).sum(axis=1) >> 24) - E[:, ord("a")]
     assert np.array_equal(experts.W[rows] - w[rows], -((g[None, :] * rate[:, None] + (1 << 15)) >> 16))
     assert np.array_equal(experts.W_slow, experts.w0_slow)
+
+
+def test_byte_classes_weigh_every_class_of_bytes_with_its_own_weights():
+    """classes=7: input i's weight for byte j is column i * 7 + class(j) of the chosen rows; at the
+    start every class has the input's one weight (the same frequencies as one class), and each
+    class's weights learn from that class's share of the gradient, so they part."""
+    cls = byte_classes(7)
+    assert [cls[ord(c)] for c in "5Ka .\n"] == [1, 2, 3, 0, 0, 0]
+    assert (cls[0x80:0xC0] == 4).all() and (cls[0xC0:0xE0] == 5).all() and (cls[0xE0:] == 6).all()
+    text = corpus("alice29.txt")[:2000]
+    seven, one = (Experts(MixSettings(experts="orders,match", table_bits=12, classes=c), 1) for c in (7, 1))
+    assert seven.W.shape == (one.W.shape[0], 7 * one.W.shape[1])
+    for e in (seven, one):
+        feed(e, text[:300])
+        e.W[...], e.W_slow[...] = e.w0, e.w0_slow  # the weights as they started; the tables keep their counts
+    assert np.array_equal(seven.mix(np.zeros((1, 256)))[0], one.mix(np.zeros((1, 256)))[0])
+    experts = feed(Experts(MixSettings(experts="orders,match", table_bits=12), 1), text)
+    assert not np.array_equal(experts.W[:, 3 * 7 + 3], experts.W[:, 3 * 7 + 0])  # order 3: small letters, the rest
+    freqs, used = experts.mix(np.zeros((1, 256)))
+    E, rows = dense_evidence(used["ev"], 0), used["sets"][0]
+    z_own = []
+    for W in (experts.W, experts.W_slow):
+        w = W[rows].sum(axis=0).reshape(-1, 7)  # (n_in, 7)
+        z_own.append(np.clip((w[:, cls] * E).sum(axis=0) >> 16, -Z_BOUND, Z_BOUND))
+    assert np.array_equal(used["z"][0], (z_own[0] + z_own[1]) >> 1)
+    # the first mixer's step: each class's gradient from its own bytes' shares
+    w = experts.W.copy()
+    y = ord("e")
+    experts.learn(used, freqs, np.array([y]), 1)
+    p = used["f_fast"][0].astype(np.int64)
+    g = np.zeros((E.shape[0], 7), dtype=np.int64)
+    for c in range(7):
+        g[:, c] = (p[cls == c] * E[:, cls == c]).sum(axis=1) >> 24
+    g[:, cls[y]] -= E[:, y]
+    rate = np.maximum(experts.lr, experts.lr_start // (RATE_SETTLE + experts.updates[rows] - 1))
+    assert np.array_equal(experts.W[rows] - w[rows], -((g.reshape(-1)[None, :] * rate[:, None] + (1 << 15)) >> 16))
 
 
 def frequencies_of(z: np.ndarray) -> np.ndarray:
@@ -553,6 +594,12 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
     W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
+    # every byte class of an input starts from the prior's weight for it (column i * 7 + c)
+    assert s.mix.classes == 7 and experts.W.shape == (W.shape[0], 7 * W.shape[1])
+    assert np.array_equal(experts.W[:, ::7], W) and np.array_equal(experts.W_slow[:, 6::7], W_slow)
+    assert np.array_equal(experts.W, np.repeat(W, 7, axis=1))
+    s = replace(s, mix=replace(s.mix, classes=1))
+    experts = Experts(s.mix, 4)
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
     # the rows start at the rates they had learned down to: step counts of 0 ... 128
     assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
