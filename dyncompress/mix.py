@@ -71,6 +71,14 @@ smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.
 at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter and
 the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
 level has one mixer at 3/4 of the rate (`MixSettings.mixers`): 15 ... 20 % faster for 0.03 % more.
+Byte classes (`MixSettings.classes`, 2026-12-04): every input has a weight for each of seven
+classes of the byte it weighs (`byte_classes`: digits, capitals, small letters, UTF-8's
+continuation bytes, lead bytes of two-byte and of longer characters, the rest), z_j = sum_i
+w_i,class(j)[s] * e_ij: the mixer can trust the order-2 counts for whether a word ends and the
+network for which letter comes, and (through each input's evidence for unseen bytes, which a
+class's weights scale too) learns how likely each class is in the chosen contexts. At mix_lr
+0.0003 (0.0005 before) whole texts of 110 ... 750 kB 0.4 ... 1.6 % smaller, Chinese and Japanese
+most (BENCHMARKS.md); the fast level keeps one class (seven cost it a quarter of its speed).
 A last stage (apm, paq's adaptive probability map) refines z: every byte's logit gains a
 correction read from a table row chosen by the previous byte, at that byte's cost under the
 mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient of the code length

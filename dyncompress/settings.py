@@ -152,14 +152,16 @@ class MixSettings:
     slots: int = 30
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
-    mix_lr: float = 0.0004
+    # (with seven classes 0.0004 and 0.0005 cost the whole of Don Quijote 1.0 and 1.75 %, 0.0003 0.3 %)
+    mix_lr: float = 0.0003
     # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
     # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
     mixers: int = 2
     # 7: a weight for every input and class of the byte it weighs (digits, capitals, small letters,
     # UTF-8's continuation bytes, two kinds of lead bytes, the rest; `mix.byte_classes`); 1: one.
-    # At the default 0.5 ... 0.7 % smaller on German, Portuguese and English text, 1.9 % on Chinese
-    # (BENCHMARKS.md, 2026-12-04); the fast level keeps 1 (7 costs it a quarter of its speed)
+    # Whole texts of 110 ... 750 kB 0.4 ... 1.6 % smaller at the default (Chinese and Japanese most),
+    # Don Quijote (2.2 MB) 0.3 % larger (BENCHMARKS.md, 2026-12-04); the fast level keeps 1 (7 cost it
+    # a quarter of its speed)
     classes: int = 7
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
