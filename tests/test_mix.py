@@ -279,7 +279,7 @@ def test_byte_classes_weigh_every_class_of_bytes_with_its_own_weights():
     assert seven.W.shape == (one.W.shape[0], 7 * one.W.shape[1])
     for e in (seven, one):
         feed(e, text[:300])
-        e.W[...], e.W_slow[...] = e.w0, e.w0_slow  # the weights as they started; the tables keep their counts
+        e.W[...], e.W_slow[...] = e.start_weights()  # the weights as they started; the tables keep their counts
     assert np.array_equal(seven.mix(np.zeros((1, 256)))[0], one.mix(np.zeros((1, 256)))[0])
     experts = feed(Experts(MixSettings(experts="orders,match", table_bits=12), 1), text)
     assert not np.array_equal(experts.W[:, 3 * 7 + 3], experts.W[:, 3 * 7 + 0])  # order 3: small letters, the rest
@@ -478,7 +478,7 @@ def test_the_experts_learn_and_the_mixer_weights_move():
     assert on < 0.97 * off  # statistics help an online network that starts from nothing (0.61 here)
     codec = Codec(settings_with(ALL, lanes=2))
     encode_block(codec, data[:1000])
-    assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.w0)
+    assert not np.array_equal(codec.predictor.experts.W, codec.predictor.experts.start_weights()[0])
 
 
 def test_the_network_learns_from_what_was_coded():
