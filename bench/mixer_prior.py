@@ -124,6 +124,9 @@ def learned_rows(data: bytes, model, lanes: int, online=False, **knobs) -> tuple
     """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights
     (online: in online mode, without the model)."""
     model = None if online else model
+    # a prior holds one weight an input (`mix.load_prior`; `Experts.start_weights` repeats it for every byte
+    # class), learned at the rate the shipped priors were made at
+    knobs = {"classes": 1, "mix_lr": 0.0005, **knobs}
     settings = make_settings(
         model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="", lanes=lanes, **knobs
     )
