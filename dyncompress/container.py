@@ -49,7 +49,9 @@ READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Format 2 coded with the network alone: its settings read as format 3's with no experts.
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
 # Mixer settings added after format 3's first files (0.4): a header that lacks them means them off.
-MIX_ADDED = {"prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1}
+MIX_ADDED = {
+    "prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1, "ways": 1,
+}  # fmt: skip
 # Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
 ADAPT_ADDED = {
     "sparse": 0,

@@ -13,7 +13,12 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per
                      byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
                      BENCHMARKS.md). The word alone keeps rows of counts (COUNTED). Files made
-                     before slots (slots 0) keep 256 counts a row everywhere.
+                     before slots (slots 0) keep 256 counts a row everywhere. Since 2026-12-05
+                     (MixSettings.ways) a context in rows of slots takes one of an aligned group of
+                     four rows: the one that holds its tag, else the one whose counts sum least
+                     (`mix_kernels.choose_rows`): a busy context is no longer thrown out by a rare
+                     one that hashes to its row (the whole of Don Quijote 1.7675 -> 1.7437 bits per
+                     byte; files made before keep a row a context, as the fast level does).
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
                      character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
                      the current word with the word before it, the current word alone, the current
@@ -488,7 +493,7 @@ class Experts:
             kernels.context_rows(
                 self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
-                self.hb, self.pos, self.rec, self.use_column, self.lines,
+                self.hb, self.pos, self.rec, self.use_column, self.lines, self._tables, self.tags, self.s.ways,
             )  # fmt: skip
             if self.parts > 1:
                 kernels.touch_parts(self.parts, self._tables, self.tags, self._rows)

@@ -93,13 +93,14 @@ def set_row_recent(ct, recent, row, byte):
 
 @njit(cache=True)
 def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv, use_record, hist, hb,
-                 pos, rec, use_column, lines):  # fmt: skip
+                 pos, rec, use_column, lines, ct, tags, ways):  # fmt: skip
     """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the gap pair (the two
     bytes before the last) direct, the rest hashed; the record context (the byte one record back,
     and the record's length) only where a lane has a record length that reaches back into its
     history and had a vote within the last REC_FRESH records, else tag -1 (no context: nothing
     read, nothing counted); the column context (the column, up to 255, and the byte above it in the
-    line before, 256 where that line was shorter or is no longer in the history)."""
+    line before, 256 where that line was shorter or is no longer in the history). A hashed context
+    in rows of slots then takes its row among `ways` (`choose_rows`)."""
     n = np.int64(1) << hb
     for b in range(last.shape[0]):
         t = 0
@@ -145,6 +146,49 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
             h = mix64((above << U16 | np.uint64(col) << U8) + COL_SALT)
             rows[b, t] = np.int64(h >> shift[t]) + base[t]
             tagv[b, t] = np.int64((h >> U16) & MASK16)
+    if ways > 1:
+        choose_rows(rows, tagv, base, ct, tags, ways)
+
+
+@njit(cache=True, inline="always")
+def slot_total(slot, r):
+    """The sum of a row of slots' counts (its slots in use: `count_bytes`)."""
+    total = np.int64(0)
+    for q in range(n_slots_of(slot)):
+        c = np.int64(slot[r, 2 * q + 1])
+        if c == 0:
+            break
+        total += c
+    return total
+
+
+@njit(cache=True)
+def choose_rows(rows, tagv, base, ct, tags, ways):
+    """Every hashed context in rows of slots (B, K; tag >= 0) takes its row among the `ways` rows
+    of its aligned group (row numbers within the table equal but for the low log2(ways) bits): the
+    first whose tag is the context's, else, a context not in any, the one whose counts sum least
+    (the first of those), which `count_bytes` then starts afresh. Rows of counts keep their own.
+    It reads the tables only, as they were after the last byte, so every lane's choice is its own
+    and the lanes' order cannot matter; two lanes that choose one row for different contexts are
+    settled as `count_bytes` settles any such pair (the lower lane's tag)."""
+    counts, slot, n_dense = ct
+    for b in range(rows.shape[0]):
+        for t in range(rows.shape[1]):
+            row = rows[b, t]
+            tag = tagv[b, t]
+            if tag < 0 or row < n_dense or row_tag(ct, tags, row) == tag:
+                continue
+            first = ((row - base[t]) & ~np.int64(ways - 1)) + base[t]
+            best, least = row, np.int64(-1)
+            for way in range(ways):
+                r = first + way
+                if row_tag(ct, tags, r) == tag:
+                    best = r
+                    break
+                total = slot_total(slot, r - n_dense)
+                if least < 0 or total < least:
+                    best, least = r, total
+            rows[b, t] = best
 
 
 @njit(cache=True)

@@ -150,6 +150,11 @@ class MixSettings:
     # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB, as 256
     # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per byte (`mix`)
     slots: int = 30
+    # rows of slots a hashed context may take (`mix_kernels.context_rows`): its own and the next
+    # ways - 1 of its aligned group; a new context takes the one whose counts sum least (1: its own,
+    # as files made before ways have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7436 bits per
+    # byte with 4 (2: 1.7464), every text of 116 ... 200 kB 0.02 ... 0.2 % smaller (BENCHMARKS.md)
+    ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
     # (with seven classes 0.0004 and 0.0005 cost the whole of Don Quijote 1.0 and 1.75 %, 0.0003 0.3 %)
@@ -178,6 +183,7 @@ class MixSettings:
             (self.match_bits == 0 or 10 <= self.match_bits <= 24, "match bits must be 10 ... 24 (0: the table bits)"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
             (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
+            (self.ways in (1, 2, 4, 8), "ways must be 1, 2, 4 or 8"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
             (self.mixers in (1, 2), "mixers must be 1 or 2"),
             (self.classes in (1, 7), "byte classes must be 1 or 7"),
@@ -394,7 +400,9 @@ FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
 # One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
 # of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
-FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375, classes=1)
+# Each hashed context in its own row (ways 1): four ways save it 0.5 % on enwik6 and 1.0 % on enwik8's
+# 3.5 MB head but cost 10 % of its speed (2 ways: 0.4 / 0.9 % for 4 ... 9 %; BENCHMARKS.md, 2026-12-05).
+FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375, classes=1, ways=1)
 FAST_LANE_BYTES = 8 * 1024
 
 

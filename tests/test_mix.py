@@ -10,6 +10,7 @@ import torch
 
 from conftest import NET, corpus, rewrite_header, split_started
 from dyncompress import DyncompressError, compress, decompress
+from dyncompress import mix_kernels as kernels
 from dyncompress.codec import Codec, decode_block, encode_block
 from dyncompress.container import FORMAT2_MIX, parse_header
 from dyncompress.exact import checked_tables, frequencies
@@ -346,19 +347,56 @@ def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(expe
     assert net.keys() == {k for k in a if not k.startswith("mix.")} and all(torch.equal(net[k], a[k]) for k in net)
 
 
-@pytest.mark.parametrize("slots", [0, 2])
-def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots):
+@pytest.mark.parametrize("slots, ways", [(0, 4), (2, 1), (2, 4)])
+def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots, ways):
     """The hashed contexts in rows of a count per byte (files made before slots) and in rows of
-    two slots, where almost every context overflows its row and bytes replace each other: the
-    decoder repeats every replacement, and its tables end as the encoder's."""
+    two slots, where almost every context overflows its row and bytes replace each other, each in
+    its own row or in one of four (`choose_rows`): the decoder repeats every replacement, and its
+    tables end as the encoder's."""
     text = corpus("alice29.txt")[:4000]
-    settings = Settings(**{**NET, "lanes": 3}, mix=MixSettings(table_bits=12, slots=slots))
+    settings = Settings(**{**NET, "lanes": 3}, mix=MixSettings(table_bits=12, slots=slots, ways=ways))
     enc, dec = Codec(settings), Codec(settings)
     payloads = [encode_block(enc, p) for p in (text[:2500], text[2500:])]
     assert decode_block(dec, payloads[0], 2500) + decode_block(dec, payloads[1], 1500) == text
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert a["mix.slot"].shape[1] == 2 * slots + 4 and bool(a["mix.slot"].any()) == bool(slots)
+
+
+def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_least_counted():
+    """`choose_rows`: a context whose tag one of its group's rows holds reads that row; a new one
+    takes the row whose counts sum least (the first of equals), which counting then starts afresh;
+    a lane without a context (tag -1) and a row of counts keep their row; one way changes nothing."""
+    slot = np.zeros((10, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)  # rows of three slots
+    counts = np.zeros((2, 256), dtype=np.uint8)  # two rows of counts: slot row r is row 2 + r
+    ct, tags = (counts, slot, 2), np.zeros(2, dtype=np.uint16)
+    for r, tag, held in ((0, 5, [9]), (1, 6, [2, 2]), (2, 7, [1]), (3, 8, [3])):  # rows 2 ... 5: a group of 4
+        kernels.set_row_tag(ct, tags, 2 + r, tag)
+        for q, c in enumerate(held):
+            slot[r, 2 * q], slot[r, 2 * q + 1] = 65 + q, c
+    base = np.array([2, 0], dtype=np.int64)  # table 0: the rows of slots; table 1: rows of counts
+    lanes = [(3, 7), (5, 9), (2, 5), (4, -1), (7, 11)]  # (hashed row, tag) in table 0
+    tagv = np.array([[tag, 3] for _, tag in lanes], dtype=np.int64)
+    chosen = {}
+    for ways in (1, 2, 4):
+        rows = np.array([[row, 1] for row, _ in lanes], dtype=np.int64)
+        kernels.choose_rows(rows, tagv, base, ct, tags, ways)
+        assert (rows[:, 1] == 1).all()  # a row of counts keeps its own
+        chosen[ways] = rows[:, 0].tolist()
+    assert chosen[1] == [3, 5, 2, 4, 7]
+    # 2 ways: rows 2 and 3 hold tags 5 and 6, so tag 7 takes row 3 (2 + 2 < 9); of 4 and 5, new tag 9
+    # takes row 4 (1 < 3); of the empty 6 and 7, the first
+    assert chosen[2] == [3, 4, 2, 4, 6]
+    assert chosen[4] == [4, 4, 2, 4, 6]  # tag 7 found in row 4; 9 new: row 4 sums least; rows 6 ... 9 empty
+
+
+def test_more_ways_save_bits_where_contexts_collide():
+    """Tables far too small for the text (2^10 rows): a context that may take any of four rows keeps
+    more of what it learned than one in its own row, and the file still decodes."""
+    text = corpus("alice29.txt")[:40000]
+    files = [compress(text, model=None, hidden=0, table_bits=10, ways=ways) for ways in (1, 4)]
+    assert [decompress(f) for f in files] == [text, text]
+    assert len(files[1]) < 0.995 * len(files[0])
 
 
 def test_rows_of_slots_stay_packed_and_distinct():
