@@ -152,8 +152,9 @@ class MixSettings:
     slots: int = 30
     # rows of slots a hashed context may take (`mix_kernels.context_rows`): its own and the next
     # ways - 1 of its aligned group; a new context takes the one whose counts sum least (1: its own,
-    # as files made before ways have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7436 bits per
-    # byte with 4 (2: 1.7464), every text of 116 ... 200 kB 0.02 ... 0.2 % smaller (BENCHMARKS.md)
+    # as files made before ways have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7437 bits per
+    # byte with 4 (2: 1.7464, 8: 1.7431), Japanese and Chinese novels 0.3 ... 0.8 %, texts of 111 ...
+    # 311 kB 0.04 ... 0.2 % (calgary/obj2 +0.05 %; BENCHMARKS.md, 2026-12-05)
     ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
