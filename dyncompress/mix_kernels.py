@@ -100,7 +100,7 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
     history and had a vote within the last REC_FRESH records, else tag -1 (no context: nothing
     read, nothing counted); the column context (the column, up to 255, and the byte above it in the
     line before, 256 where that line was shorter or is no longer in the history). A hashed context
-    in rows of slots then takes its row among `ways` (`choose_rows`)."""
+    then takes its row among `ways` (`choose_rows`)."""
     n = np.int64(1) << hb
     for b in range(last.shape[0]):
         t = 0
@@ -162,12 +162,23 @@ def slot_total(slot, r):
     return total
 
 
+@njit(cache=True, inline="always")
+def row_total(counts, r):
+    """The sum of a row of counts."""
+    total = np.int64(0)
+    for j in range(256):
+        total += np.int64(counts[r, j])
+    return total
+
+
 @njit(cache=True)
 def choose_rows(rows, tagv, base, ct, tags, ways):
-    """Every hashed context in rows of slots (B, K; tag >= 0) takes its row among the `ways` rows
-    of its aligned group (row numbers within the table equal but for the low log2(ways) bits): the
-    first whose tag is the context's, else, a context not in any, the one whose counts sum least
-    (the first of those), which `count_bytes` then starts afresh. Rows of counts keep their own.
+    """Every hashed context (B, K; tag >= 0) takes its row among the `ways` rows of its aligned group
+    (row numbers within the table equal but for the low log2(ways) bits): the first whose tag is
+    the context's, else, a context not in any, the one whose counts sum least (the first of those),
+    which `count_bytes` then starts afresh. The direct tables' rows keep theirs (their tags and
+    the contexts' are all 0). The hashed tables of rows of counts (the word alone) choose as
+    those of slots (the whole of Don Quijote 0.13 % smaller, freud 0.15 %).
     It reads the tables only, as they were after the last byte, so every lane's choice is its own
     and the lanes' order cannot matter; two lanes that choose one row for different contexts are
     settled as `count_bytes` settles any such pair (the lower lane's tag)."""
@@ -176,7 +187,7 @@ def choose_rows(rows, tagv, base, ct, tags, ways):
         for t in range(rows.shape[1]):
             row = rows[b, t]
             tag = tagv[b, t]
-            if tag < 0 or row < n_dense or row_tag(ct, tags, row) == tag:
+            if tag < 0 or row_tag(ct, tags, row) == tag:  # (a direct table's rows: tag 0, always its own)
                 continue
             first = ((row - base[t]) & ~np.int64(ways - 1)) + base[t]
             best, least = row, np.int64(-1)
@@ -185,7 +196,7 @@ def choose_rows(rows, tagv, base, ct, tags, ways):
                 if row_tag(ct, tags, r) == tag:
                     best = r
                     break
-                total = slot_total(slot, r - n_dense)
+                total = slot_total(slot, r - n_dense) if r >= n_dense else row_total(counts, r)
                 if least < 0 or total < least:
                     best, least = r, total
             rows[b, t] = best

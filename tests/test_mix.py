@@ -364,30 +364,34 @@ def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots, wa
 
 
 def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_least_counted():
-    """`choose_rows`: a context whose tag one of its group's rows holds reads that row; a new one
-    takes the row whose counts sum least (the first of equals), which counting then starts afresh;
-    a lane without a context (tag -1) and a row of counts keep their row; one way changes nothing."""
-    slot = np.zeros((10, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)  # rows of three slots
-    counts = np.zeros((2, 256), dtype=np.uint8)  # two rows of counts: slot row r is row 2 + r
-    ct, tags = (counts, slot, 2), np.zeros(2, dtype=np.uint16)
-    for r, tag, held in ((0, 5, [9]), (1, 6, [2, 2]), (2, 7, [1]), (3, 8, [3])):  # rows 2 ... 5: a group of 4
-        kernels.set_row_tag(ct, tags, 2 + r, tag)
+    """`choose_rows`, in a table of rows of slots and one of rows of counts: a context whose tag one
+    of its group's rows holds reads that row; a new one takes the row whose counts sum least (the
+    first of equals), which counting then starts afresh; a lane without a context (tag -1) keeps
+    its row; one way changes nothing."""
+    slot = np.zeros((10, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)  # rows of three slots: row 4 + r
+    counts = np.zeros((4, 256), dtype=np.uint8)  # four rows of counts: rows 0 ... 3
+    ct, tags = (counts, slot, 4), np.zeros(4, dtype=np.uint16)
+    for r, tag, held in ((0, 5, [9]), (1, 6, [2, 2]), (2, 7, [1]), (3, 8, [3])):  # rows 4 ... 7: a group of 4
+        kernels.set_row_tag(ct, tags, 4 + r, tag)
         for q, c in enumerate(held):
             slot[r, 2 * q], slot[r, 2 * q + 1] = 65 + q, c
-    base = np.array([2, 0], dtype=np.int64)  # table 0: the rows of slots; table 1: rows of counts
-    lanes = [(3, 7), (5, 9), (2, 5), (4, -1), (7, 11)]  # (hashed row, tag) in table 0
-    tagv = np.array([[tag, 3] for _, tag in lanes], dtype=np.int64)
+    for r, tag, held in ((0, 20, 5), (1, 21, 1), (2, 23, 3), (3, 24, 2)):
+        kernels.set_row_tag(ct, tags, r, tag)
+        counts[r, 66] = held
+    base = np.array([4, 0], dtype=np.int64)  # table 0: the rows of slots; table 1: the rows of counts
+    lanes = [((5, 7), (0, 24)), ((7, 9), (2, 25)), ((4, 5), (1, 21)), ((6, -1), (3, 24)), ((9, 11), (0, 20))]
+    tagv = np.array([[a[1], c[1]] for a, c in lanes], dtype=np.int64)
     chosen = {}
     for ways in (1, 2, 4):
-        rows = np.array([[row, 1] for row, _ in lanes], dtype=np.int64)
+        rows = np.array([[a[0], c[0]] for a, c in lanes], dtype=np.int64)
         kernels.choose_rows(rows, tagv, base, ct, tags, ways)
-        assert (rows[:, 1] == 1).all()  # a row of counts keeps its own
-        chosen[ways] = rows[:, 0].tolist()
-    assert chosen[1] == [3, 5, 2, 4, 7]
-    # 2 ways: rows 2 and 3 hold tags 5 and 6, so tag 7 takes row 3 (2 + 2 < 9); of 4 and 5, new tag 9
-    # takes row 4 (1 < 3); of the empty 6 and 7, the first
-    assert chosen[2] == [3, 4, 2, 4, 6]
-    assert chosen[4] == [4, 4, 2, 4, 6]  # tag 7 found in row 4; 9 new: row 4 sums least; rows 6 ... 9 empty
+        chosen[ways] = rows.T.tolist()
+    assert chosen[1] == [[5, 7, 4, 6, 9], [0, 2, 1, 3, 0]]
+    # 2 ways: rows 4 and 5 hold tags 5 and 6, so tag 7 takes row 5 (2 + 2 < 9); of 6 and 7, new tag 9
+    # takes row 6 (1 < 3); of the empty 8 and 9, the first. Counts: 24 is not in {0, 1}: row 1 (1 < 5)
+    assert chosen[2] == [[5, 6, 4, 6, 8], [1, 3, 1, 3, 0]]
+    # 4 ways: tag 7 found in row 6, new 9 takes row 6 (it sums least); counts: 24 found in row 3, 25 row 1
+    assert chosen[4] == [[6, 6, 4, 6, 8], [3, 1, 1, 3, 0]]
 
 
 def test_more_ways_save_bits_where_contexts_collide():
