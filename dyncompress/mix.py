@@ -14,10 +14,10 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
                      BENCHMARKS.md). The word alone keeps rows of counts (COUNTED). Files made
                      before slots (slots 0) keep 256 counts a row everywhere. Since 2026-12-05
-                     (MixSettings.ways) a context in rows of slots takes one of an aligned group of
-                     four rows: the one that holds its tag, else the one whose counts sum least
+                     (MixSettings.ways) a hashed context takes one of an aligned group of four
+                     rows: the one that holds its tag, else the one whose counts sum least
                      (`mix_kernels.choose_rows`): a busy context is no longer thrown out by a rare
-                     one that hashes to its row (the whole of Don Quijote 1.7675 -> 1.7437 bits per
+                     one that hashes to its row (the whole of Don Quijote 1.7675 -> 1.7415 bits per
                      byte; files made before keep a row a context, as the fast level does).
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
                      character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):

@@ -150,11 +150,11 @@ class MixSettings:
     # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB, as 256
     # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per byte (`mix`)
     slots: int = 30
-    # rows of slots a hashed context may take (`mix_kernels.context_rows`): its own and the next
-    # ways - 1 of its aligned group; a new context takes the one whose counts sum least (1: its own,
-    # as files made before ways have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7437 bits per
-    # byte with 4 (2: 1.7464, 8: 1.7431), Japanese and Chinese novels 0.3 ... 0.8 %, texts of 111 ...
-    # 311 kB 0.04 ... 0.2 % (calgary/obj2 +0.05 %; BENCHMARKS.md, 2026-12-05)
+    # the rows a hashed context may take (`mix_kernels.choose_rows`): the `ways` rows of its aligned
+    # group; a new context takes the one whose counts sum least (1: its own, as files made before ways
+    # have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7415 bits per byte with 4 (with rows of
+    # slots alone: 2 ways 1.7464, 4 1.7437, 8 1.7431), Japanese and Chinese novels 0.1 ... 0.8 %, texts
+    # of 111 ... 311 kB 0.1 ... 0.5 % (calgary/obj2 +0.02 %; BENCHMARKS.md, 2026-12-05)
     ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
