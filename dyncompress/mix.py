@@ -17,8 +17,10 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      (MixSettings.ways) a hashed context takes one of an aligned group of four
                      rows: the one that holds its tag, else the one whose counts sum least
                      (`mix_kernels.choose_rows`): a busy context is no longer thrown out by a rare
-                     one that hashes to its row (the whole of Don Quijote 1.7675 -> 1.7415 bits per
-                     byte; files made before keep a row a context, as the fast level does).
+                     one that hashes to its row; a row that starts afresh halves its group's other
+                     rows' counts (`count_bytes`), so that a context unused for long fades (the
+                     whole of Don Quijote 1.7675 -> 1.7488 bits per byte, enwik8's 3.5 MB head
+                     1.7162 -> 1.7152; files made before keep a row a context, as `--fast` does).
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
                      character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
                      the current word with the word before it, the current word alone, the current
@@ -545,7 +547,7 @@ class Experts:
                 self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
                 self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
                 self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines,
-                self.split_tables, self.split_sets,
+                self.split_tables, self.split_sets, self.base, self.s.ways,
             )  # fmt: skip
             return
         if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
@@ -557,8 +559,9 @@ class Experts:
         )  # fmt: skip
         if self.K:
             kernels.count_bytes(
-                used["rows"], used["tags"], y, k, self._tables, self.tags, self.recent, self.s.count_limit, 0, self.K
-            )
+                used["rows"], used["tags"], y, k, self._tables, self.tags, self.recent, self.s.count_limit, 0, self.K,
+                self.base, self.s.ways,
+            )  # fmt: skip
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
             self.last, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.match_lane,

@@ -705,11 +705,15 @@ def mixer_learn(ev, sets, f_fast, f_slow, two, cls, y, k, W, W_slow, updates, lr
 
 
 @njit(cache=True)
-def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
+def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi, base, ways):
     """Count tables t_lo ... t_hi - 1 take byte y: a row whose tag differs starts afresh (the lowest
     lane's tag wins), the lowest lane's byte is the row's recent one, counts add and a row past the
     limit is halved (rounding up) once. A tag of -1 is no context: its row is left alone. Every
-    table's rows are its own, so tables can be taken in any grouping (`learn_parts`).
+    table's rows are its own, so tables can be taken in any grouping (`learn_parts`). With `ways`
+    > 1 (`choose_rows`), a row that starts afresh halves the counts of the other rows of its
+    group (rounding up; base: every table's first row), so that a row busy long ago gives way to
+    newer contexts (enwik8's 3.5 MB head: four ways without it 0.34 % larger than one, with it
+    0.06 % smaller; Don Quijote 1.5 and 1.1 % smaller). Lanes take their rows in order.
 
     ct = (counts, slot, n_dense): rows below n_dense are rows of counts (rows, 256), a count for
     every byte, with their tags and recent bytes in `tags` and `recent`; the rest rows of slot
@@ -739,6 +743,19 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi):
                 else:
                     slot[row - n_dense, : 2 * n_slots] = 0
                 set_row_tag(ct, tags, row, tagv[b, t])
+                if ways > 1:  # the other rows of its group age: their counts halved (`choose_rows`)
+                    first = ((row - base[t]) & ~np.int64(ways - 1)) + base[t]
+                    for r in range(first, first + ways):
+                        if r == row:
+                            continue
+                        if r < n_dense:
+                            for j in range(256):
+                                c = np.int64(counts[r, j])
+                                counts[r, j] = np.uint8(c - (c >> 1))
+                        else:
+                            for q in range(n_slots):
+                                c = np.int64(slot[r - n_dense, 2 * q + 1])
+                                slot[r - n_dense, 2 * q + 1] = np.uint8(c - (c >> 1))
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
         for t in range(t_lo, t_hi):
             row = rows[b, t]
@@ -967,7 +984,7 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, two,
     cls, W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
-    match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets,
+    match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets, base, ways,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
     mixers' steps in the first `split_sets` weight sets and the first `split_tables` count tables
@@ -984,12 +1001,12 @@ def learn_parts(
         if section == 0:
             mixer_steps(G_fast, G_slow, two, sets, k, W, W_slow, updates, lr, lr_start, settle, w_bound, 0, split_sets)
             if count_tables:
-                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, 0, split_tables)
+                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, 0, split_tables, base, ways)
         else:
             if use_apm:
                 apm_learn(coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound)
             if count_tables and split_tables < rows.shape[1]:
-                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, split_tables, rows.shape[1])
+                count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, split_tables, rows.shape[1], base, ways)
             if split_sets < sets.shape[1]:
                 S = sets.shape[1]
                 mixer_steps(

@@ -152,9 +152,10 @@ class MixSettings:
     slots: int = 30
     # the rows a hashed context may take (`mix_kernels.choose_rows`): the `ways` rows of its aligned
     # group; a new context takes the one whose counts sum least (1: its own, as files made before ways
-    # have it). The whole of Don Quijote (2.2 MB) 1.7675 -> 1.7415 bits per byte with 4 (with rows of
-    # slots alone: 2 ways 1.7464, 4 1.7437, 8 1.7431), Japanese and Chinese novels 0.1 ... 0.8 %, texts
-    # of 111 ... 311 kB 0.1 ... 0.5 % (calgary/obj2 +0.02 %; BENCHMARKS.md, 2026-12-05)
+    # have it); a row that starts afresh halves the group's other rows' counts (`count_bytes`). The
+    # whole of Don Quijote (2.2 MB) 1.7675 -> 1.7488 bits per byte with 4 (1.7415 without the ageing,
+    # which cost enwik8's 3.5 MB head 0.34 %; with it the head is 0.06 % smaller), every whole text
+    # of 111 kB ... 2.5 MB 0.1 ... 1.1 % smaller (calgary/obj2 +0.08 %; BENCHMARKS.md, 2026-12-05)
     ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes

@@ -394,6 +394,29 @@ def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_leas
     assert chosen[4] == [[6, 6, 4, 6, 8], [3, 1, 1, 3, 0]]
 
 
+def test_a_row_that_starts_afresh_ages_the_other_rows_of_its_group():
+    """`count_bytes` with four ways: the lane whose context is new to its row resets it and halves the
+    counts of the group's three other rows (rounding up: a count of 1 stays); rows of other groups
+    and a lane whose tag is its row's are only counted."""
+    slot = np.zeros((8, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)
+    counts, tags = np.zeros((1, 256), dtype=np.uint8), np.zeros(1, dtype=np.uint16)
+    ct = (counts, slot, 1)  # slot row r is row 1 + r
+    for r in range(8):
+        kernels.set_row_tag(ct, tags, 1 + r, 10 + r)
+        slot[r, 0:4] = [65, 9, 66, 1]  # 'A' counted 9 times, 'B' once
+    rows = np.array([[2], [6]], dtype=np.int64)  # lane 0: a new context in row 2; lane 1: row 6's own
+    tagv = np.array([[99], [15]], dtype=np.int64)
+    for ways, aged in ((1, []), (4, [1, 3, 4])):
+        slot[:, 0:4] = [65, 9, 66, 1]
+        kernels.set_row_tag(ct, tags, 2, 11)
+        kernels.count_bytes(rows, tagv, np.array([67, 65]), 2, ct, tags, np.zeros(1, np.uint8), 250, 0, 1,
+                            np.array([1], dtype=np.int64), ways)  # fmt: skip
+        assert kernels.row_tag(ct, tags, 2) == 99 and slot[1, 0:4].tolist() == [67, 1, 0, 0]  # afresh: 'C' once
+        for r in (1, 3, 4):
+            assert slot[r - 1, 0:4].tolist() == ([65, 5, 66, 1] if r in aged else [65, 9, 66, 1])
+        assert slot[5, 0:4].tolist() == [65, 10, 66, 1]  # row 6 (another group) counted its 'A'
+
+
 def test_more_ways_save_bits_where_contexts_collide():
     """Tables far too small for the text (2^10 rows): a context that may take any of four rows keeps
     more of what it learned than one in its own row, and the file still decodes."""
