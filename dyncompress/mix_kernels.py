@@ -171,6 +171,12 @@ def row_total(counts, r):
     return total
 
 
+@njit(cache=True, inline="always")
+def group_first(row, table_base, ways):
+    """The first row of `row`'s group of `ways` (aligned within its table, which starts at table_base)."""
+    return ((row - table_base) & ~np.int64(ways - 1)) + table_base
+
+
 @njit(cache=True)
 def choose_rows(rows, tagv, base, ct, tags, ways):
     """Every hashed context (B, K; tag >= 0) takes its row among the `ways` rows of its aligned group
@@ -189,7 +195,7 @@ def choose_rows(rows, tagv, base, ct, tags, ways):
             tag = tagv[b, t]
             if tag < 0 or row_tag(ct, tags, row) == tag:  # (a direct table's rows: tag 0, always its own)
                 continue
-            first = ((row - base[t]) & ~np.int64(ways - 1)) + base[t]
+            first = group_first(row, base[t], ways)
             best, least = row, np.int64(-1)
             for way in range(ways):
                 r = first + way
@@ -744,18 +750,10 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi, bas
                     slot[row - n_dense, : 2 * n_slots] = 0
                 set_row_tag(ct, tags, row, tagv[b, t])
                 if ways > 1:  # the other rows of its group age: their counts halved (`choose_rows`)
-                    first = ((row - base[t]) & ~np.int64(ways - 1)) + base[t]
+                    first = group_first(row, base[t], ways)
                     for r in range(first, first + ways):
-                        if r == row:
-                            continue
-                        if r < n_dense:
-                            for j in range(256):
-                                c = np.int64(counts[r, j])
-                                counts[r, j] = np.uint8(c - (c >> 1))
-                        else:
-                            for q in range(n_slots):
-                                c = np.int64(slot[r - n_dense, 2 * q + 1])
-                                slot[r - n_dense, 2 * q + 1] = np.uint8(c - (c >> 1))
+                        if r != row:
+                            halve_row(ct, r, 255)
     for b in range(k - 1, -1, -1):  # the lowest lane writes last
         for t in range(t_lo, t_hi):
             row = rows[b, t]
@@ -801,15 +799,22 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi, bas
                     full[n_full] = row
                     n_full += 1
     for f in range(n_full):
-        row = full[f]
-        if row < n_dense:
-            for j in range(256):
-                c = np.int64(counts[row, j])
-                counts[row, j] = np.uint8(min(c - (c >> 1), count_limit))
-        else:
-            for q in range(n_slots):  # (an empty slot stays 0)
-                c = np.int64(slot[row - n_dense, 2 * q + 1])
-                slot[row - n_dense, 2 * q + 1] = np.uint8(min(c - (c >> 1), count_limit))
+        halve_row(ct, full[f], count_limit)
+
+
+@njit(cache=True, inline="always")
+def halve_row(ct, row, limit):
+    """Every count of row `row` (of counts or of slots) halved, rounding up (an empty slot stays
+    0, a count taken never returns to 0), and held at most `limit`."""
+    counts, slot, n_dense = ct
+    if row < n_dense:
+        for j in range(256):
+            c = np.int64(counts[row, j])
+            counts[row, j] = np.uint8(min(c - (c >> 1), limit))
+    else:
+        for q in range(n_slots_of(slot)):
+            c = np.int64(slot[row - n_dense, 2 * q + 1])
+            slot[row - n_dense, 2 * q + 1] = np.uint8(min(c - (c >> 1), limit))
 
 
 @njit(cache=True, inline="always")
