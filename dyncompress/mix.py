@@ -170,7 +170,12 @@ PRIOR_SHA256 = {
     "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
     "text3": "bd6aaad9e7c8cecfbb5c22e5b21af17df9793c80b7199765c55e9ef0492133a4",
     "online1": "28a918fd0495b925b167631dcffd947eae1cb3be5f2b322d9377dae29e7e445e",
+    "text4": "4e87dca0f44552c8eb3fa976bf9da97ba2130ae425cc4a413c0d5223cec6b6fb",
+    "online2": "ae323794715df850680df306388d222e338c1765d34082af18d98ec7c2e9952a",
 }
+# Priors made from another by `widen_prior` for one more count table (the wrap context, 2026-12-05):
+# name -> the prior widened. No file of their own: their hash above is of the widened arrays.
+WIDENED = {"text4": "text3", "online2": "online1"}
 
 
 def rounded_logs(nums, den: int) -> list[int]:
@@ -211,6 +216,38 @@ def prior_sha256(*arrays: np.ndarray) -> str:
     return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype="<i8").tobytes() for a in arrays)).hexdigest()
 
 
+def widen_prior(rows: np.ndarray, K: int, n_in: int) -> np.ndarray:
+    """A prior's array (W or W_slow: (sets, n_in); or the step counts: (sets,)) for experts with
+    K count tables, laid out for one more table after them (the wrap context): its input (column
+    1 + K) starts as the last table's (the column context's), and the two weight sets chosen with
+    the highest order seen get that order's rows for one more table (never chosen: the last
+    tables do not count as seen; copies of the rows before them)."""
+    n_a, n_b = (len(MATCH_EDGES) + 1) * (K + 1), (K + 1) * 2 * (len(COUNT_EDGES) + 1)
+    a = rows[:n_a].reshape(len(MATCH_EDGES) + 1, K + 1, *rows.shape[1:])
+    a = np.concatenate([a, a[:, -1:]], axis=1).reshape(-1, *rows.shape[1:])
+    b = rows[n_a : n_a + n_b].reshape(K + 1, -1, *rows.shape[1:])
+    b = np.concatenate([b, b[-1:]], axis=0).reshape(-1, *rows.shape[1:])
+    out = np.concatenate([a, b, rows[n_a + n_b :]])
+    if rows.ndim == 2:
+        assert rows.shape[1] == n_in
+        out = np.concatenate([out[:, : 1 + K], out[:, K : 1 + K], out[:, 1 + K :]], axis=1)
+    return np.ascontiguousarray(out)
+
+
+def check_prior(name: str, arrays: list[np.ndarray], shape: tuple[int, int], label: str) -> tuple[np.ndarray, ...]:
+    """(W, W_slow, updates) of prior `name` checked against its recorded hash and `shape` (read-only;
+    `label`: what the error names)."""
+    got = prior_sha256(*arrays)
+    if got != PRIOR_SHA256[name]:
+        raise ExactnessError(f"mixer prior {label} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
+    W, W_slow = arrays[:2]
+    updates = arrays[2] if len(arrays) > 2 else np.zeros(shape[0], dtype=np.int64)
+    if W.shape != shape or W_slow.shape != shape or updates.shape != shape[:1]:
+        raise ExactnessError(f"mixer prior {name} has rows {W.shape}, not the {shape} its experts need")
+    W.flags.writeable = W_slow.flags.writeable = updates.flags.writeable = False
+    return W, W_slow, updates
+
+
 @functools.cache
 def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The mixer prior `name`'s starting rows (W, W_slow) and every row's starting step count (0
@@ -218,6 +255,11 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     against the `shape` the experts need (read-only arrays)."""
     from importlib import resources
 
+    if name in WIDENED:  # (a table more: one input more, (K + 1) ... (K + 2) in the first two sets)
+        K = shape[1] - 5  # the narrower prior's tables (its inputs: the network, K tables, run, ppm, match)
+        narrow = (shape[0] - (len(MATCH_EDGES) + 1) - 2 * (len(COUNT_EDGES) + 1), shape[1] - 1)
+        arrays = [widen_prior(a, K, shape[1] - 1) for a in load_prior(WIDENED[name], narrow)]
+        return check_prior(name, arrays, shape, f"{name} (widened from {WIDENED[name]})")
     file = f"prior_{name}.npz"
     try:
         with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
@@ -230,15 +272,7 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
         if rows_from not in PRIOR_SHA256 or rows_from == name:
             raise ExactnessError(f"mixer prior {file} takes its rows from an unknown prior {rows_from!r}: reinstall")
         arrays = [*load_prior(rows_from, shape)[:2], *arrays]
-    got = prior_sha256(*arrays)
-    if got != PRIOR_SHA256[name]:
-        raise ExactnessError(f"mixer prior {file} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
-    W, W_slow = arrays[:2]
-    updates = arrays[2] if len(arrays) > 2 else np.zeros(shape[0], dtype=np.int64)
-    if W.shape != shape or W_slow.shape != shape or updates.shape != shape[:1]:
-        raise ExactnessError(f"mixer prior {name} has rows {W.shape}, not the {shape} its experts need")
-    W.flags.writeable = W_slow.flags.writeable = updates.flags.writeable = False
-    return W, W_slow, updates
+    return check_prior(name, arrays, shape, file)
 
 
 def byte_classes(n: int) -> np.ndarray:
@@ -256,19 +290,27 @@ def byte_classes(n: int) -> np.ndarray:
 
 
 def table_sizes(
-    tb: int, orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False, slots: int = 0
+    tb: int,
+    orders: bool,
+    words: bool,
+    gap: bool = False,
+    record: bool = False,
+    column: bool = False,
+    wrap: bool = False,
+    slots: int = 0,
 ) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
-    rows each but for those in HALF_ROWS and the record and column contexts' 2^(tb - 4). Halving order 3's,
+    rows each but for those in HALF_ROWS and the record, column and wrap contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
     on alice29 and 0.12 % on enwik8 [3.0M, 3.5M); halving order 8's makes room for the APM's
     (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %). Where the hashed
     rows are slots, the word alone keeps rows of counts (COUNTED), at most COUNTED_ROWS of them."""
-    names = table_names(orders, words, gap, record, column)
+    names = table_names(orders, words, gap, record, column, wrap)
     sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
     if slots:
         sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
-    return sizes[: len(sizes) - record - column] + [(1 << tb) >> 4] * (record + column)
+    small = record + column + wrap
+    return sizes[: len(sizes) - small] + [(1 << tb) >> 4] * small
 
 
 DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
@@ -283,10 +325,12 @@ def in_counts(name: str, slots: int) -> bool:
     return not slots or name in DIRECT or name in COUNTED
 
 
-def table_names(orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False) -> list[str]:
+def table_names(
+    orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False, wrap: bool = False
+) -> list[str]:
     """The count tables in the order `mix_kernels.context_rows` fills them."""
     names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
-    return names + ["record"] * record + ["column"] * column
+    return names + ["record"] * record + ["column"] * column + ["wrap"] * wrap
 
 
 def dense_evidence(ev: tuple, b: int) -> np.ndarray:
@@ -325,18 +369,20 @@ class Experts:
         self.use_gap = "gap" in names
         self.use_record = "record" in names
         self.use_column = "column" in names
-        self.use_hist = self.use_match or self.use_record or self.use_column  # they read the history
+        self.use_wrap = "wrap" in names
+        self.use_lines = self.use_column or self.use_wrap  # they read where the lines start
+        self.use_hist = self.use_match or self.use_record or self.use_lines  # they read the history
         # the match table's slots (`MixSettings.match_slot_bits`), twice that with the lanes' own half
         self.match_bits = s.match_slot_bits
         self.match_lane = bool(s.match_lane and self.use_match)
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column)
+        kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column, self.use_wrap)
         sizes = table_sizes(tb, *kinds, slots=s.slots)
         self.K = len(sizes)
-        # the tables that choose the highest context seen (not the record's and column's, which come last)
-        self.n_seen = self.K - self.use_record - self.use_column
+        # the tables that choose the highest context seen (not the record's, column's and wrap's, which come last)
+        self.n_seen = self.K - self.use_record - self.use_column - self.use_wrap
         # rows of 256 counts for the direct tables and the word alone (and every table where s.slots is
         # 0); the other hashed ones' rows are s.slots (byte, count) pairs. The rows of counts come
         # first in the row numbers.
@@ -495,7 +541,8 @@ class Experts:
             kernels.context_rows(
                 self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
                 self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
-                self.hb, self.pos, self.rec, self.use_column, self.lines, self._tables, self.tags, self.s.ways,
+                self.hb, self.pos, self.rec, self.use_column, self.use_wrap, self.lines, self._tables, self.tags,
+                self.s.ways,
             )  # fmt: skip
             if self.parts > 1:
                 kernels.touch_parts(self.parts, self._tables, self.tags, self._rows)
@@ -546,7 +593,7 @@ class Experts:
                 RATE_SETTLE, W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
                 self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
                 self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
-                self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines,
+                self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
                 self.split_tables, self.split_sets, self.base, self.s.ways,
             )  # fmt: skip
             return
@@ -565,5 +612,5 @@ class Experts:
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
             self.last, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.match_lane,
-            self.use_record, self.rec_at, self.rec, longest, self.use_column, self.lines,
+            self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
         )  # fmt: skip

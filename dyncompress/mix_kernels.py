@@ -26,6 +26,7 @@ ONE_U = np.uint64(1)
 PPM_BITS = 40  # the PPM input's probabilities, in units of 2^-40
 REC_SALT = np.uint64(0x5851F42D4C957F2D)
 COL_SALT = np.uint64(0x2545F4914F6CDD1D)
+WRAP_SALT = np.uint64(0x94D049BB133111EB)
 REC_VOTES = 16  # a record length takes over after this many votes
 REC_FRESH = 32  # the record context is used while the length had a vote within this many records
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
@@ -91,16 +92,32 @@ def set_row_recent(ct, recent, row, byte):
         slot[row - n_dense, slot.shape[1] - SLOT_TAIL + 2] = np.uint8(byte)
 
 
+@njit(cache=True, inline="always")
+def byte_kind(c):
+    """A byte's kind for the wrap context: 0 space, 1 a letter (or a byte >= 128), 2 a digit, 3 a
+    line feed or carriage return, 4 another control, 5 the rest (punctuation)."""
+    if c == 32:
+        return 0
+    if (97 <= (c | 32) <= 122) or c >= 128:
+        return 1
+    if 48 <= c <= 57:
+        return 2
+    if c == 10 or c == 13:
+        return 3
+    return 4 if c < 32 else 5
+
+
 @njit(cache=True)
 def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, base, rows, tagv, use_record, hist, hb,
-                 pos, rec, use_column, lines, ct, tags, ways):  # fmt: skip
+                 pos, rec, use_column, use_wrap, lines, ct, tags, ways):  # fmt: skip
     """(B, K) rows and tags of every lane's count contexts: orders 1, 2 and the gap pair (the two
     bytes before the last) direct, the rest hashed; the record context (the byte one record back,
     and the record's length) only where a lane has a record length that reaches back into its
     history and had a vote within the last REC_FRESH records, else tag -1 (no context: nothing
     read, nothing counted); the column context (the column, up to 255, and the byte above it in the
-    line before, 256 where that line was shorter or is no longer in the history). A hashed context
-    then takes its row among `ways` (`choose_rows`)."""
+    line before, 256 where that line was shorter or is no longer in the history); the wrap context
+    (the column with the kinds of the last two bytes, `byte_kind`). A hashed context then takes its
+    row among `ways` (`choose_rows`)."""
     n = np.int64(1) << hb
     for b in range(last.shape[0]):
         t = 0
@@ -144,6 +161,13 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
             if at < lines[b, 0] and pos[b] - at < n:
                 above = np.uint64(hist[(np.int64(b) << hb) | (at & (n - 1))])
             h = mix64((above << U16 | np.uint64(col) << U8) + COL_SALT)
+            rows[b, t] = np.int64(h >> shift[t]) + base[t]
+            tagv[b, t] = np.int64((h >> U16) & MASK16)
+            t += 1
+        if use_wrap:
+            col = min(pos[b] - lines[b, 0], 255)
+            kinds = byte_kind(last[b] & MASK8) * 8 + byte_kind((last[b] >> U8) & MASK8)
+            h = mix64((np.uint64(kinds) << U16 | np.uint64(col) << U8) + WRAP_SALT)
             rows[b, t] = np.int64(h >> shift[t]) + base[t]
             tagv[b, t] = np.int64((h >> U16) & MASK16)
     if ways > 1:
@@ -861,9 +885,10 @@ def match_length(hist, hb, cand, b, pos_b, match_check):
 
 @njit(cache=True)
 def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
-            match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines):  # fmt: skip
+            match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_lines, lines):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
-    hashes move on, the record length is voted on, a line feed starts a line, and lanes without a
+    hashes move on, the record length is voted on, a line feed starts a line (use_lines: the column
+    and wrap contexts read where the lines start), and lanes without a
     match look one up; every lane then files its position. With match_lane, the match table has a
     second half of 2^match_bits slots where every lane files under its own salt, looked up first:
     a repeat in the lane's own text wins over a more recent one in another lane's."""
@@ -875,13 +900,13 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
                 mlen[b] = min(mlen[b] + 1, match_max)
             else:
                 mlen[b] = 0
-    if use_match or use_record or use_column:
+    if use_match or use_record or use_lines:
         for b in range(k):
             hist[(b << hb) | (pos[b] & (n - 1))] = np.uint8(y[b])
     if use_record:
         for b in range(k):
             vote_record(rec_at[b, y[b]], rec[b], pos[b] + 1, longest)
-    if use_column:
+    if use_lines:
         for b in range(k):
             if y[b] == 10:  # a new line starts after it
                 lines[b, 1] = lines[b, 0]
@@ -989,7 +1014,7 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, two,
     cls, W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
-    match_lane, use_record, rec_at, rec, longest, use_column, lines, split_tables, split_sets, base, ways,
+    match_lane, use_record, rec_at, rec, longest, use_lines, lines, split_tables, split_sets, base, ways,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
     mixers' steps in the first `split_sets` weight sets and the first `split_tables` count tables
@@ -1019,5 +1044,5 @@ def learn_parts(
                 )
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
-                match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_column, lines,
+                match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_lines, lines,
             )  # fmt: skip

@@ -109,25 +109,34 @@ class AdaptSettings:
         return bool(self.sparse or self.lora)
 
 
-EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column")
+EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column", "wrap")
 ALL_EXPERTS = ",".join(EXPERTS)
+BEFORE_WRAP = ",".join(name for name in EXPERTS if name != "wrap")  # every expert before 2026-12-05's wrap
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
 # experts are these, online mode's from ONLINE_PRIOR; the fast level (no network) and other experts
 # start from the hand-set weights (`mix.Experts`).
-MIX_PRIORS = {"text1": ALL_EXPERTS, "text2": ALL_EXPERTS, "text3": ALL_EXPERTS, "online1": ALL_EXPERTS}
+MIX_PRIORS = {
+    "text1": BEFORE_WRAP,
+    "text2": BEFORE_WRAP,
+    "text3": BEFORE_WRAP,
+    "online1": BEFORE_WRAP,
+    "text4": ALL_EXPERTS,
+    "online2": ALL_EXPERTS,
+}
 # text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
 # the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
 # head -0.04 %, its two halves coded alone -0.09 %. text3 (2026-12-04): text2's rows, each starting
 # at the rate it had learned down to (its step count, at most 128; `bench/mixer_prior.py`): eight
 # texts of 150 kB 0.09 ... 1.2 % smaller, enwik8's 3.5 MB head 0.08 %. text1 and text2 stay for the
-# files that name them.
-DEFAULT_PRIOR = "text3"
+# files that name them. text4 and online2 (2026-12-05): text3's and online1's rows widened for the
+# wrap table (`mix.widen_prior`: its weights start as the column table's).
+DEFAULT_PRIOR = "text4"
 # Online mode's (2026-12-04): learned in online mode (a random network) on 200 kB each of Chinese,
 # Japanese and German, with text3's settled rates; 100 kB of other Chinese and Japanese texts
 # 0.7 ... 1.0 % smaller, alice29 0.3 %, calgary/pic, geo, Russian, news within 0.1 %, calgary/obj2
 # 0.5 % larger (BENCHMARKS.md). Before, online mode started from the hand-set weights.
-ONLINE_PRIOR = "online1"
+ONLINE_PRIOR = "online2"
 
 
 @dataclass(frozen=True)
@@ -398,7 +407,7 @@ MIN_LANE_BYTES = 40 * 1024
 # 2.035) and let a step's lanes split over the threads: one lane per FAST_LANE_BYTES, at most 64.
 # Every expert but the APM: it saves 0.5 % (alice29 2.0149 -> 2.0057 bits per byte, the enwik8
 # slice 2.2148 -> 2.2051) and halves the speed (136 -> 64 and 145 -> 96 kB/s; BENCHMARKS.md).
-FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
+FAST_EXPERTS = ",".join(name for name in EXPERTS if name not in ("apm", "wrap"))
 # One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
 # of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)

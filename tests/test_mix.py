@@ -16,9 +16,12 @@ from dyncompress.container import FORMAT2_MIX, parse_header
 from dyncompress.exact import checked_tables, frequencies
 from dyncompress.measure import measure
 from dyncompress.mix import (
+    COUNT_EDGES,
+    MATCH_EDGES,
     ORDERS,
     PRIOR_SHA256,
     RATE_SETTLE,
+    WIDENED,
     Z_BOUND,
     Experts,
     byte_classes,
@@ -29,9 +32,11 @@ from dyncompress.mix import (
     rounded_logs,
     table_bytes,
 )
+from dyncompress.mix_kernels import byte_kind
 from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.predictor import NoNetwork
 from dyncompress.settings import (
+    BEFORE_WRAP,
     DEFAULT_PRIOR,
     EXPERTS,
     FAST_EXPERTS,
@@ -43,7 +48,7 @@ from dyncompress.settings import (
 )
 
 ALL = ",".join(EXPERTS)
-SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", ALL]
+SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", "wrap", ALL]
 
 
 def settings_with(experts: str, **kw) -> Settings:
@@ -576,13 +581,13 @@ def test_table_sizes_are_bounded_and_stated():
     assert table_bytes(default.mix, default.lanes) <= 256 << 20  # the issue's default budget
     experts = Experts(default.mix, default.lanes)
     # orders 1, 2 and the gap pair direct; orders 4, 5, 6 and the word pair full; orders 3 and 8, the
-    # word alone and the skip pair half; the record and column contexts a sixteenth each
+    # word alone and the skip pair half; the record, column and wrap contexts a sixteenth each
     # in rows of (byte, count) slots
     full = 1 << default.mix.table_bits
     # (but the word alone's, in 2^16 rows of counts)
     assert experts.counts.shape == (256 + 65536 + 65536 + 65536, 256)
     # (each row 64 bytes with its tag and recent byte, from a cache line's start)
-    assert experts.slot.shape == (4 * full + 3 * full // 2 + 2 * (full // 16), 2 * default.mix.slots + 4)
+    assert experts.slot.shape == (4 * full + 3 * full // 2 + 3 * (full // 16), 2 * default.mix.slots + 4)
     assert experts.slot.shape[1] == 64 and experts.slot.ctypes.data % 64 == 0
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
     # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
@@ -596,6 +601,46 @@ def test_table_sizes_are_bounded_and_stated():
     nine = make_settings(level=9, model=None, device="cpu")  # -9 may use more: twice the rows
     assert nine.mix.table_bits == default.mix.table_bits + 1
     assert table_bytes(default.mix, default.lanes) < table_bytes(nine.mix, nine.lanes) <= 512 << 20
+
+
+def test_the_wrap_context_knows_the_column_and_the_kinds_of_the_last_two_bytes():
+    """The wrap table's context is the column with the kinds of the last two bytes (space, letter,
+    digit, line end, control, punctuation): where a line of wrapped text ends. On alice29 (lines
+    wrapped near 70 columns) it saves bits; its rows differ by column and by kind, not by letter."""
+    assert [byte_kind(c) for c in b" aZ\xc3\xa40\n\r\t,."] == [0, 1, 1, 1, 1, 2, 3, 3, 4, 5, 5]
+    text = corpus("alice29.txt")[:30000]
+    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=MixSettings(table_bits=14, prior=""))
+    bits = {e: measure(text, replace(base, mix=replace(base.mix, experts=e)), None).bits for e in (ALL, BEFORE_WRAP)}
+    assert bits[ALL] < 0.997 * bits[BEFORE_WRAP], bits
+    contexts = []
+    for line in (b"ab cd", b"xy zw", b"ab c", b"ab 1"):  # columns 5, 5, 4, 4
+        experts = feed(Experts(MixSettings(experts="wrap", table_bits=12, ways=1), 1), b"12\n" + line)
+        experts.prepare()
+        contexts.append((int(experts._rows[0, 0]), int(experts._tags[0, 0])))
+    assert contexts[0] == contexts[1] and len({contexts[0], contexts[2], contexts[3]}) == 3, contexts
+
+
+def test_a_widened_prior_is_its_base_with_the_last_tables_input_repeated():
+    """text4 and online2 are text3 and online1 laid out for the wrap table (`widen_prior`): every
+    weight row the experts before it could choose is the base's row, with one more input (the wrap
+    table's) that starts as the column table's; the step counts follow their rows."""
+    wide, narrow = (Experts(MixSettings(experts=e, prior=""), 1) for e in (ALL, BEFORE_WRAP))
+    K, n_a, n_b = narrow.K, len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
+    assert wide.K == K + 1 and wide.n_in == narrow.n_in + 1 and wide.n_sets == narrow.n_sets + n_a + n_b
+    for name, base in WIDENED.items():
+        W, W_slow, updates = load_prior(name, (wide.n_sets, wide.n_in))
+        bW, bW_slow, b_updates = load_prior(base, (narrow.n_sets, narrow.n_in))
+        for new, old in ((W, bW), (W_slow, bW_slow), (updates[:, None], b_updates[:, None])):
+            if new.shape[1] > 1:  # the wrap input (1 + K) repeats the column's (K), the rest keep theirs
+                assert np.array_equal(new[:, 1 + K], new[:, K])
+                new = np.delete(new, 1 + K, axis=1)
+            # set 0: (match bucket, order seen) rows, K + 2 orders a bucket where the base had K + 1
+            a = new[: n_a * (K + 2)].reshape(n_a, K + 2, -1)
+            assert np.array_equal(a[:, : K + 1], old[: n_a * (K + 1)].reshape(n_a, K + 1, -1))
+            # set 1: (order seen, confidence): one more order's rows at its end; then the other sets
+            rest = n_a * (K + 2) + (K + 1) * n_b
+            assert np.array_equal(new[n_a * (K + 2) : rest], old[n_a * (K + 1) : n_a * (K + 1) + (K + 1) * n_b])
+            assert np.array_equal(new[rest + n_b :], old[n_a * (K + 1) + (K + 1) * n_b :])
 
 
 def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
@@ -670,8 +715,11 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
     hand_set = Experts(replace(s.mix, prior=""), 4)
     assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow) and not hand_set.updates.any()
-    # text2 has text3's rows without the step counts
-    assert np.array_equal(load_prior("text2", W.shape)[0], W) and not load_prior("text2", W.shape)[2].any()
+    # text2 has text3's rows without the step counts (both for the experts before the wrap table)
+    narrow = Experts(replace(s.mix, experts=BEFORE_WRAP, prior="text3"), 1)
+    shape = (narrow.n_sets, narrow.n_in)
+    assert np.array_equal(load_prior("text2", shape)[0], load_prior("text3", shape)[0])
+    assert not load_prior("text2", shape)[2].any() and load_prior("text3", shape)[2].any()
     experts.W[:] += 1
     experts.updates[:] += 1
     experts.reset()
@@ -682,6 +730,7 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
 def test_the_prior_saves_bits_on_text_it_was_not_made_from(model):
     data = corpus("alice29.txt")[:10000]
     s = make_settings(model=model, device="cpu", size_hint=len(data), threads=1)
+    s = replace(s, mix=replace(s.mix, experts=BEFORE_WRAP, prior=""))  # (what text1 was made for)
     with_prior, without = (measure(data, replace(s, mix=replace(s.mix, prior=p)), model).bits for p in ("text1", ""))
     assert with_prior < 0.997 * without, (with_prior, without)
 
@@ -695,10 +744,10 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     older = compress(data, model=model, device="cpu", threads=1, prior="")
     assert older != packed
     assert decompress(rewrite_header(older, lambda m: m["settings"]["mix"].pop("prior"))) == data
-    # files that name the earlier priors (text1 and text2, the defaults until 2026-12-04) code and
-    # decode with them
-    for earlier in ("text1", "text2"):
-        first = compress(data, model=model, device="cpu", threads=1, prior=earlier)
+    # files that name the earlier priors (text1, text2 and text3, the defaults until 2026-12-04 and
+    # 2026-12-05, with the experts before the wrap table) code and decode with them
+    for earlier in ("text1", "text2", "text3"):
+        first = compress(data, model=model, device="cpu", threads=1, prior=earlier, experts=BEFORE_WRAP)
         assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == earlier
         assert decompress(first) == data
     # online mode names its own prior, and files coded online before it existed decode without it
@@ -710,14 +759,18 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
     with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
         decompress(future)
-    # a damaged prior file stops the coding before any byte
-    load_prior.cache_clear()
-    monkeypatch.setitem(PRIOR_SHA256, DEFAULT_PRIOR, "0" * 64)
-    try:
-        with pytest.raises(DyncompressError, match=f"mixer prior prior_{DEFAULT_PRIOR}.npz hashes to"):
-            decompress(packed)
-    finally:
+    # a damaged prior file (or a widened prior that does not come out as recorded) stops the coding
+    # before any byte
+    base = WIDENED[DEFAULT_PRIOR]
+    for name, label in ((base, f"prior_{base}.npz"), (DEFAULT_PRIOR, DEFAULT_PRIOR)):
         load_prior.cache_clear()
+        monkeypatch.setitem(PRIOR_SHA256, name, "0" * 64)
+        try:
+            with pytest.raises(DyncompressError, match=rf"mixer prior {label}( \(widened from \w+\))? hashes to"):
+                decompress(packed)
+        finally:
+            monkeypatch.undo()
+            load_prior.cache_clear()
 
 
 def test_preparing_a_step_early_changes_nothing():
