@@ -157,7 +157,7 @@ EXPERTS_HELP = (
     "Byte statistics mixed with the network: 'all', 'none' (the network alone), or a list of "
     "orders (order-1...6 and 8 contexts), word (word contexts), gap (the two bytes before the last), match "
     "(long repeats), ppm (the orders read as PPM), apm (a final refinement), record (fixed-length records), "
-    "column (the column and the byte above it) [all]."
+    "column (the column and the byte above it), wrap (the column and the kinds of the last two bytes) [all]."
 )
 
 

@@ -49,6 +49,16 @@ kept in integer tables that encoder and decoder update alike after every byte:
                      (alice29 0.12 % smaller, enwik8 [3.0M, 3.5M) 0.28 %, pic, obj2 0.5 %; with
                      the last byte instead of the byte above, or as a second table beside it, no
                      better)
+    wrap             the column with the kinds of the last two bytes (`mix_kernels.byte_kind`: space,
+                     letter or byte >= 128, digit, line end, control, punctuation), in a table like
+                     the column's (not a context seen either): where a text's wrapped lines end,
+                     which no order knows (since 2026-12-05: whole German, Italian, Portuguese,
+                     Spanish, Russian novels 0.3 ... 0.5 % smaller, alice29 0.3 %, enwik6 0.03 %;
+                     Japanese and Chinese within +0.07 %, calgary/obj2 +0.2 %. Found by leaving
+                     paq8px's contexts out in groups: on freud its column contexts without the
+                     byte above were worth 0.4 %, more than any other group of its word model's;
+                     instead of the column table, not beside it, enwik6 +0.37 %; the column with
+                     a space flag alone, or with the last byte, less; BENCHMARKS.md)
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
                      points into the history; the length is verified and then extended byte by
                      byte), predicting the byte that followed it. The hash table has 2^match_bits
@@ -107,7 +117,9 @@ high rate of a new row; text3's (text2's rows, the default since 2026-12-04) at 
 learned down to: its mean step count in those codings, at most 128 (eight texts of 150 kB
 0.09 ... 1.2 % smaller than with text2). On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
-of that). A pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
+of that). text4 and online2 (the defaults since 2026-12-05) are text3 and online1 widened for the
+wrap table (`widen_prior`, `WIDENED`): the same rows with one more input, which starts as the
+column table's. A pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
 0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
 mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
 other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % larger). The fast level
