@@ -9,7 +9,9 @@ word and the last three) are then averaged over the sources, for the fast mixer 
 integers (rounded half up), so the file comes out the same on every machine. A prior with settled
 rates (text3, online1) also starts every row at the mean of the steps it took in the three codings (floored),
 at most `settled` steps. Prints the SHA-256 to record in `mix.PRIOR_SHA256` (every shipped prior
-comes out with its recorded hash, 2026-12-04).
+comes out with its recorded hash, 2026-12-04). The priors made here are for the experts before the
+wrap table (`settings.MIX_PRIORS`); text4 and online2 are text3 and online1 widened for it
+(`mix.widen_prior`), not made here.
 
     python bench/mixer_prior.py [--prior text3] [-o dyncompress/prior_text3.npz]
     python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
@@ -35,7 +37,7 @@ from dyncompress.api import resolve_model
 from dyncompress.codec import Codec, encode_block
 from dyncompress.measure import measure
 from dyncompress.mix import load_prior, prior_sha256
-from dyncompress.settings import ALL_EXPERTS, make_settings
+from dyncompress.settings import MIX_PRIORS, make_settings
 
 # Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish, each coded
 # at the settings the prior was made with, pinned here so that a later change of the default level
@@ -111,7 +113,9 @@ def compare(names: list[str], model) -> None:
     for path in panel:
         data = (SHARED / path).read_bytes()[:size]
         s = make_settings(model=model, size_hint=len(data))
-        sizes = [measure(data, replace(s, mix=replace(s.mix, prior=n)), model).bits / 8 for n in priors]
+        # (each prior with the experts it was made for; none with the default's)
+        mixes = [replace(s.mix, prior=n, experts=MIX_PRIORS.get(n, s.mix.experts)) for n in priors]
+        sizes = [measure(data, replace(s, mix=mix), model).bits / 8 for mix in mixes]
         totals += sizes
         cells = [f"{sizes[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / sizes[0] - 1):+.2f} %)" for b in sizes[1:]]
         ppmd = ppmd_bpb(data)
@@ -120,15 +124,17 @@ def compare(names: list[str], model) -> None:
     print("| all | | " + " | ".join(cells) + " |")
 
 
-def learned_rows(data: bytes, model, lanes: int, online=False, **knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The mixer's rows (W, W_slow) and their step counts after coding `data` from the hand-set weights
-    (online: in online mode, without the model)."""
+def learned_rows(
+    data: bytes, model, lanes: int, experts: str, online=False, **knobs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixer's rows (W, W_slow) and their step counts after coding `data` with `experts` from the
+    hand-set weights (online: in online mode, without the model)."""
     model = None if online else model
     # a prior holds one weight an input (`mix.load_prior`; `Experts.start_weights` repeats it for every byte
     # class), learned at the rate the shipped priors were made at
     knobs = {"classes": 1, "mix_lr": 0.0005, **knobs}
     settings = make_settings(
-        model=model, size_hint=len(data), threads=1, experts=ALL_EXPERTS, prior="", lanes=lanes, **knobs
+        model=model, size_hint=len(data), threads=1, experts=experts, prior="", lanes=lanes, **knobs
     )
     codec = Codec(settings, model)
     encode_block(codec, data)
@@ -150,7 +156,8 @@ def main() -> None:
     knobs, sources = PRIORS[args.prior]
     learned = []
     for path, start, end, lanes in sources:
-        learned.append(learned_rows((SHARED / path).read_bytes()[start:end], model, lanes, **knobs))
+        data = (SHARED / path).read_bytes()[start:end]
+        learned.append(learned_rows(data, model, lanes, MIX_PRIORS[args.prior], **knobs))
         print(f"coded {path} [{start:,}, {end:,})", flush=True)
     n = len(learned)
     W, W_slow = ((2 * sum(rows[i] for rows in learned) + n) // (2 * n) for i in (0, 1))
