@@ -407,7 +407,9 @@ MIN_LANE_BYTES = 40 * 1024
 # 2.035) and let a step's lanes split over the threads: one lane per FAST_LANE_BYTES, at most 64.
 # Every expert but the APM: it saves 0.5 % (alice29 2.0149 -> 2.0057 bits per byte, the enwik8
 # slice 2.2148 -> 2.2051) and halves the speed (136 -> 64 and 145 -> 96 kB/s; BENCHMARKS.md).
-FAST_EXPERTS = ",".join(name for name in EXPERTS if name not in ("apm", "wrap"))
+# The wrap table too (2026-12-05): alice29 -0.63 %, freud -0.68 %, 1 MB of Don Quijote -0.56 %, enwik6
+# -0.10 %, at a speed within this machine's noise (warm `compress`, two rounds alternated: 1 ... 7 %).
+FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
 # One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
 # of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
