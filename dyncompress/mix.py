@@ -159,6 +159,9 @@ RECORD_MAX = 65535  # the longest record length found
 MATCH_EDGES = np.array([1, 8, 12, 16, 24, 32, 64, 256], dtype=np.int64)  # length buckets 1 ... 8
 MATCH_TRUST = np.array([0, 2, 2, 4, 4, 8, 12, 16, 24], dtype=np.int64) << 14  # initial weight per bucket
 COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a context's total count
+# the first two weight sets' rows for every order seen (0 ... K tables): one per match length bucket
+# (set 0, bucket-major), one per count bucket and deterministic flag (set 1, order-major)
+ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 # weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
 # last two bytes, the last three (BENCHMARKS.md, format 3: each 0.1 ... 0.2 % on enwik6)
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
@@ -228,20 +231,19 @@ def prior_sha256(*arrays: np.ndarray) -> str:
     return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype="<i8").tobytes() for a in arrays)).hexdigest()
 
 
-def widen_prior(rows: np.ndarray, K: int, n_in: int) -> np.ndarray:
+def widen_prior(rows: np.ndarray, K: int) -> np.ndarray:
     """A prior's array (W or W_slow: (sets, n_in); or the step counts: (sets,)) for experts with
     K count tables, laid out for one more table after them (the wrap context): its input (column
     1 + K) starts as the last table's (the column context's), and the two weight sets chosen with
     the highest order seen get that order's rows for one more table (never chosen: the last
     tables do not count as seen; copies of the rows before them)."""
-    n_a, n_b = (len(MATCH_EDGES) + 1) * (K + 1), (K + 1) * 2 * (len(COUNT_EDGES) + 1)
-    a = rows[:n_a].reshape(len(MATCH_EDGES) + 1, K + 1, *rows.shape[1:])
+    n_a, n_b = ROWS_A * (K + 1), ROWS_B * (K + 1)
+    a = rows[:n_a].reshape(ROWS_A, K + 1, *rows.shape[1:])
     a = np.concatenate([a, a[:, -1:]], axis=1).reshape(-1, *rows.shape[1:])
     b = rows[n_a : n_a + n_b].reshape(K + 1, -1, *rows.shape[1:])
     b = np.concatenate([b, b[-1:]], axis=0).reshape(-1, *rows.shape[1:])
     out = np.concatenate([a, b, rows[n_a + n_b :]])
     if rows.ndim == 2:
-        assert rows.shape[1] == n_in
         out = np.concatenate([out[:, : 1 + K], out[:, K : 1 + K], out[:, 1 + K :]], axis=1)
     return np.ascontiguousarray(out)
 
@@ -269,8 +271,8 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
 
     if name in WIDENED:  # (a table more: one input more, (K + 1) ... (K + 2) in the first two sets)
         K = shape[1] - 5  # the narrower prior's tables (its inputs: the network, K tables, run, ppm, match)
-        narrow = (shape[0] - (len(MATCH_EDGES) + 1) - 2 * (len(COUNT_EDGES) + 1), shape[1] - 1)
-        arrays = [widen_prior(a, K, shape[1] - 1) for a in load_prior(WIDENED[name], narrow)]
+        narrow = (shape[0] - ROWS_A - ROWS_B, shape[1] - 1)
+        arrays = [widen_prior(a, K) for a in load_prior(WIDENED[name], narrow)]
         return check_prior(name, arrays, shape, f"{name} (widened from {WIDENED[name]})")
     file = f"prior_{name}.npz"
     try:
@@ -419,8 +421,7 @@ class Experts:
         # deterministic?), the previous byte and the hashes of HASHED_SETS.
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
         self.ln_mant, self.ln2 = ppm_log_tables()
-        n_a = (len(MATCH_EDGES) + 1) * (self.K + 1)
-        n_b = (self.K + 1) * (len(COUNT_EDGES) + 1) * 2
+        n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
         sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in HASHED_SETS]
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))

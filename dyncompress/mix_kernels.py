@@ -93,12 +93,18 @@ def set_row_recent(ct, recent, row, byte):
 
 
 @njit(cache=True, inline="always")
+def is_letter(c):
+    """Whether byte c (int64) is a letter of a word: a ... z, A ... Z, or a byte >= 128."""
+    return (97 <= (c | 32) <= 122) or c >= 128
+
+
+@njit(cache=True, inline="always")
 def byte_kind(c):
-    """A byte's kind for the wrap context: 0 space, 1 a letter (or a byte >= 128), 2 a digit, 3 a
-    line feed or carriage return, 4 another control, 5 the rest (punctuation)."""
+    """A byte's kind (c: int64) for the wrap context: 0 space, 1 a letter (`is_letter`), 2 a digit,
+    3 a line feed or carriage return, 4 another control, 5 the rest (punctuation)."""
     if c == 32:
         return 0
-    if (97 <= (c | 32) <= 122) or c >= 128:
+    if is_letter(c):
         return 1
     if 48 <= c <= 57:
         return 2
@@ -154,8 +160,8 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
                 rows[b, t] = base[t]
                 tagv[b, t] = -1
             t += 1
+        col = min(pos[b] - lines[b, 0], 255)  # (the column and wrap contexts')
         if use_column:
-            col = min(pos[b] - lines[b, 0], 255)
             above = np.uint64(256)
             at = lines[b, 1] + col
             if at < lines[b, 0] and pos[b] - at < n:
@@ -165,8 +171,7 @@ def context_rows(last, word, n_orders, use_words, use_gap, masks, salts, shift, 
             tagv[b, t] = np.int64((h >> U16) & MASK16)
             t += 1
         if use_wrap:
-            col = min(pos[b] - lines[b, 0], 255)
-            kinds = byte_kind(last[b] & MASK8) * 8 + byte_kind((last[b] >> U8) & MASK8)
+            kinds = byte_kind(np.int64(last[b] & MASK8)) * 8 + byte_kind(np.int64((last[b] >> U8) & MASK8))
             h = mix64((np.uint64(kinds) << U16 | np.uint64(col) << U8) + WRAP_SALT)
             rows[b, t] = np.int64(h >> shift[t]) + base[t]
             tagv[b, t] = np.int64((h >> U16) & MASK16)
@@ -917,7 +922,7 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
         last[b] = (last[b] << U8) | uy
         if use_words:
             yy = y[b]
-            letter = (97 <= (yy | 32) <= 122) or yy >= 128  # a ... z, A ... Z, or a byte >= 128
+            letter = is_letter(yy)
             low = np.uint64(yy | 32) if 65 <= yy <= 90 else uy
             cur = word[b, 0]
             if cur != 0 and (not letter or yy >= WIDE_LEAD):  # a word ends; a wide character starts one
