@@ -132,7 +132,7 @@ def learned_rows(
     model = None if online else model
     # a prior holds one weight an input (`mix.load_prior`; `Experts.start_weights` repeats it for every byte
     # class), learned at the rate the shipped priors were made at
-    knobs = {"classes": 1, "mix_lr": 0.0005, **knobs}
+    knobs = {"classes": 1, "mix_lr": 0.0005, "kinds": 0, **knobs}  # (and the six sets before the kinds set)
     settings = make_settings(
         model=model, size_hint=len(data), threads=1, experts=experts, prior="", lanes=lanes, **knobs
     )

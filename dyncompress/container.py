@@ -50,7 +50,7 @@ READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
 # Mixer settings added after format 3's first files (0.4): a header that lacks them means them off.
 MIX_ADDED = {
-    "prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1, "ways": 1,
+    "prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1, "ways": 1, "kinds": 0,
 }  # fmt: skip
 # Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
 ADAPT_ADDED = {

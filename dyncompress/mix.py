@@ -79,7 +79,16 @@ match expert's is 1 nat on the predicted byte. The mixer adds them in logit spac
 with weights w per lane that are the sum of one row from each of six tables, chosen by small
 contexts (the match length's bucket with the highest order seen; that order with its count bucket
 and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
-and the current word), and learns them online, after every byte, by the gradient of the code
+and the current word), and since 2026-12-05 (MixSettings.kinds) a seventh, chosen by the kinds
+of the last seven bytes (`mix_kernels.fine_kind`: space, small letter, capital, UTF-8 lead and
+continuation byte, digit, line end, control, punctuation; a hash of them into 4,096 rows, which
+start at zero: the priors are the six sets' rows). It tells the mixer where in a word, a number, a
+line or a character it stands, which the sets by bytes spread over thousands of rows: without the
+network freud, alice29, 1 MB of Don Quijote, 300 kB of Chinese 0.5 ... 0.8 % smaller, calgary/obj2
+1.9 %; with it (BENCHMARKS.md) whole texts 0.4 ... 0.8 %. Of the kinds of the last five, seven
+or eight bytes, seven did best; the six coarser kinds of `byte_kind` (letters one kind) left
+Japanese 0.5 % behind; a further set by the column with the last byte's kind gave European text
+0.2 % and cost Japanese 0.1 %, not taken. The mixer learns its weights online, after every byte, by the gradient of the code
 length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own rate, which starts
 16 times mix_lr and falls to it as the row learns (rarely chosen rows of the hashed sets learn
 fast, the busy ones settle). There are two such mixers over the same rows and inputs, the second
@@ -165,8 +174,8 @@ ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 # weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
 # last two bytes, the last three (BENCHMARKS.md, format 3: each 0.1 ... 0.2 % on enwik6)
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
-_SET_SALTS = np.array([salt for _, salt, _ in HASHED_SETS], dtype=np.uint64)
-_SET_SHIFTS = np.array([64 - bits for _, _, bits in HASHED_SETS], dtype=np.uint64)
+# a seventh, since 2026-12-05 (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
+KINDS_SET = ("kinds", 11, 12)
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
 Z_BOUND = 1 << 20  # |z| bound (256 nats) in units of 2^-12
 W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
@@ -287,6 +296,20 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
             raise ExactnessError(f"mixer prior {file} takes its rows from an unknown prior {rows_from!r}: reinstall")
         arrays = [*load_prior(rows_from, shape)[:2], *arrays]
     return check_prior(name, arrays, shape, file)
+
+
+def prior_rows(name: str, n_sets: int, n_in: int, kinds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The starting rows (W, W_slow, step counts) of every weight set from the prior `name`, whose
+    rows are those of the sets before the kinds set: with it (kinds > 0) its rows start at zero
+    (adding nothing to the sum of rows), with no steps taken (the rate of a new row). Read-only."""
+    extra = (1 << KINDS_SET[2]) if kinds else 0
+    arrays = load_prior(name, (n_sets - extra, n_in))
+    if not extra:
+        return arrays
+    out = tuple(np.concatenate([a, np.zeros((extra, *a.shape[1:]), dtype=a.dtype)]) for a in arrays)
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def byte_classes(n: int) -> np.ndarray:
@@ -422,7 +445,10 @@ class Experts:
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
         self.ln_mant, self.ln2 = ppm_log_tables()
         n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
-        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in HASHED_SETS]
+        hashed = HASHED_SETS + (KINDS_SET,) * (s.kinds > 0)
+        self.set_salts = np.array([salt for _, salt, _ in hashed], dtype=np.uint64)
+        self.set_shifts = np.array([64 - bits for _, _, bits in hashed], dtype=np.uint64)
+        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed]
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))
         # `learn_parts` steps the first split_sets weight sets and updates the first split_tables count
@@ -431,7 +457,7 @@ class Experts:
         # sets there, the hashed ones here (--fast on the enwik8 slice: 194 ... 196 kB/s, against
         # 187 ... 191 with the first hashed set there too and 187 with all six)
         self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
-        self.split_sets = len(sizes) if self.use_apm else len(sizes) - len(HASHED_SETS)
+        self.split_sets = len(sizes) if self.use_apm else len(sizes) - len(hashed)
         self.w0 = np.zeros((self.n_sets, self.n_in), dtype=np.int64)
         self.w0[:n_a, 0] = 1 << 16
         self.w0[:n_a, 1 : 1 + self.K] = (1 << 16) // 4
@@ -445,7 +471,7 @@ class Experts:
         self.w0_slow = self.w0  # (only read: reset copies them)
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            self.w0, self.w0_slow, self.updates0 = load_prior(s.prior, (self.n_sets, self.n_in))
+            self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, self.n_sets, self.n_in, s.kinds)
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)
         self.cls = byte_classes(s.classes)
@@ -578,7 +604,8 @@ class Experts:
         kernel(
             *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
-            self.last, self.word, self.W, self.set_base, _SET_SALTS, _SET_SHIFTS, MATCH_EDGES, COUNT_EDGES, NET_FLOOR,
+            self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds, MATCH_EDGES,
+            COUNT_EDGES, NET_FLOOR,
             ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
             self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
             *whole,

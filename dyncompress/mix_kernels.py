@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-U8, U16, U29, U31, U64 = np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
+U4, U8, U16, U29, U31, U64 = np.uint64(4), np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
 MASK16 = np.uint64(0xFFFF)
 MASK8 = np.uint64(0xFF)
 MASK24 = np.uint64(0xFFFFFF)
@@ -111,6 +111,21 @@ def byte_kind(c):
     if c == 10 or c == 13:
         return 3
     return 4 if c < 32 else 5
+
+
+@njit(cache=True, inline="always")
+def fine_kind(c):
+    """A byte's kind (c: int64) for the mixer's kinds set: `byte_kind`'s, with the letters split into
+    small ASCII letters (1), capitals (6), UTF-8's lead bytes (7) and its continuation bytes (8)."""
+    k = byte_kind(c)
+    if k == 1 and c >= 65:
+        if c <= 90:
+            return 6
+        if c >= 0xC0:
+            return 7
+        if c >= 128:
+            return 8
+    return k
 
 
 @njit(cache=True)
@@ -417,7 +432,7 @@ def mixed_logits(b, E0, base, ent, m, cls, weights, common, acc):
 @njit(cache=True)
 def mix_step(
     logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
-    set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+    set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
     n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
@@ -529,6 +544,11 @@ def mix_step(
         keys = (last[b] & MASK16, word[b, 0], last[b] & MASK24)  # HASHED_SETS: pair, word, triple
         for s in range(3):
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
+        if kinds:  # KINDS_SET: the kinds of the last `kinds` bytes (up to 8), four bits each
+            key = np.uint64(0)
+            for j in range(kinds):
+                key = key << U4 | np.uint64(fine_kind(np.int64((last[b] >> np.uint64(8 * j)) & MASK8)))
+            sets[b, 6] = np.int64(mix64(key + set_salts[3]) >> set_shifts[3]) + set_base[6]
         chosen_weights(b, sets, W, weights)
         mixed_logits(b, E0, base, ent, m, cls, weights, common, acc)
         if two:  # the second mixer, over the same rows: z is their mean (rounded down)
@@ -556,7 +576,7 @@ def mix_step(
 @njit(cache=True, parallel=True)
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-    word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
+    word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
     ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
@@ -565,7 +585,7 @@ def mix_parts(
     for p in prange(parts):
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-            word, W, set_base, set_salts, set_shifts, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+            word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
             n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
             p * B // parts, (p + 1) * B // parts,
         )  # fmt: skip

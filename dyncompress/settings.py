@@ -179,6 +179,11 @@ class MixSettings:
     # Don Quijote (2.2 MB) 0.3 % larger (BENCHMARKS.md, 2026-12-04); the fast level keeps 1 (7 cost it
     # a quarter of its speed)
     classes: int = 7
+    # the mixer's seventh weight set, chosen by the kinds of the last `kinds` bytes (space, small letter,
+    # capital, UTF-8 lead or continuation byte, digit, line end, control, punctuation:
+    # `mix_kernels.fine_kind`); 0: none, as files made before it have it. Its rows start at zero (the
+    # priors are the six sets' before it). Whole texts 0.4 ... 0.8 % smaller (BENCHMARKS.md, 2026-12-05)
+    kinds: int = 7
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:
@@ -198,6 +203,7 @@ class MixSettings:
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
             (self.mixers in (1, 2), "mixers must be 1 or 2"),
             (self.classes in (1, 7), "byte classes must be 1 or 7"),
+            (0 <= self.kinds <= 8, "kinds must be 0 ... 8 (the bytes the kinds set reads)"),
             (
                 not self.prior or self.prior in MIX_PRIORS,
                 f"unknown mixer prior {self.prior!r} (this version knows {', '.join(MIX_PRIORS)})",
