@@ -79,23 +79,24 @@ match expert's is 1 nat on the predicted byte. The mixer adds them in logit spac
 with weights w per lane that are the sum of one row from each of six tables, chosen by small
 contexts (the match length's bucket with the highest order seen; that order with its count bucket
 and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
-and the current word), and since 2026-12-05 (MixSettings.kinds) a seventh, chosen by the kinds
-of the last seven bytes (`mix_kernels.fine_kind`: space, small letter, capital, UTF-8 lead and
+and the current word), and since 2026-12-05 (MixSettings.kinds) a seventh, chosen by the kinds of
+the last seven bytes (`mix_kernels.fine_kind`: space, small letter, capital, UTF-8 lead and
 continuation byte, digit, line end, control, punctuation; a hash of them into 4,096 rows, which
 start at zero: the priors are the six sets' rows). It tells the mixer where in a word, a number, a
 line or a character it stands, which the sets by bytes spread over thousands of rows: without the
-network freud, alice29, 1 MB of Don Quijote, 300 kB of Chinese 0.5 ... 0.8 % smaller, calgary/obj2
-1.9 %; with it (BENCHMARKS.md) whole texts 0.4 ... 0.8 %. Of the kinds of the last five, seven
-or eight bytes, seven did best; the six coarser kinds of `byte_kind` (letters one kind) left
-Japanese 0.5 % behind; a further set by the column with the last byte's kind gave European text
-0.2 % and cost Japanese 0.1 %, not taken. The mixer learns its weights online, after every byte, by the gradient of the code
-length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its own rate, which starts
-16 times mix_lr and falls to it as the row learns (rarely chosen rows of the hashed sets learn
-fast, the busy ones settle). There are two such mixers over the same rows and inputs, the second
-learning at half the rate, each from its own p; z is the mean of their logits (alice29 0.3 %
-smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %; one mixer
-at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter and
-the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
+network freud, alice29, 1 MB of Don Quijote, 300 kB of Chinese, Japanese 0.6 ... 1.0 % smaller,
+calgary/obj2 and enwik8 1.3 ... 1.5 %; with it (BENCHMARKS.md) enwik6 0.95 %, whole texts
+0.2 ... 0.8 % (obj2 1.4 %; Don Quijote 0.05 % larger, derzhavin unchanged). Of the kinds of the last
+five, seven or eight bytes, seven did best; the six coarser kinds of `byte_kind` (letters one kind)
+left Japanese 0.5 % behind; a further set by the column with the last byte's kind gave European text
+0.2 % and cost Japanese 0.1 %, not taken. The mixer learns its weights online, after every byte, by
+the gradient of the code length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its
+own rate, which starts 16 times mix_lr and falls to it as the row learns (rarely chosen rows of the
+hashed sets learn fast, the busy ones settle). There are two such mixers over the same rows and
+inputs, the second learning at half the rate, each from its own p; z is the mean of their logits
+(alice29 0.3 % smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %;
+one mixer at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter
+and the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
 level has one mixer at 3/4 of the rate (`MixSettings.mixers`): 15 ... 20 % faster for 0.03 % more.
 Byte classes (`MixSettings.classes`, 2026-12-04): every input has a weight for each of seven
 classes of the byte it weighs (`byte_classes`: digits, capitals, small letters, UTF-8's
@@ -441,7 +442,7 @@ class Experts:
         self.hb = max(10, s.history_bits - max(0, (B - 1).bit_length()))
         # the mixer: inputs net, counts..., run, ppm, match. Its weights are the sum of one row from each
         # of six tables, chosen by (match bucket, order seen), (order seen, its count bucket,
-        # deterministic?), the previous byte and the hashes of HASHED_SETS.
+        # deterministic?), the previous byte and the hashes of HASHED_SETS; with s.kinds, a seventh (KINDS_SET).
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
         self.ln_mant, self.ln2 = ppm_log_tables()
         n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
@@ -605,9 +606,9 @@ class Experts:
             *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds, MATCH_EDGES,
-            COUNT_EDGES, NET_FLOOR,
-            ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm, self.apm2, self._f0,
-            self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
+            COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm,
+            self.apm2, self._f0, self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow,
+            self.two, self.cls,
             *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs

@@ -437,7 +437,8 @@ def mix_step(
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
-    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6); and from z
+    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6, or 7 with the
+    kinds set: `kinds` > 0, the bytes whose kinds choose its row); and from z
     the coded frequencies (`frequencies`). With `two`, z is the mean of two mixers' logits, z_fast by
     the weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
     probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`); without, z is
@@ -576,8 +577,8 @@ def mix_step(
 @njit(cache=True, parallel=True)
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-    word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs, n_ppm,
-    ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
+    word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
+    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
     reads the tables, and writes each lane's own rows."""
@@ -585,8 +586,8 @@ def mix_parts(
     for p in prange(parts):
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-            word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-            n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
+            word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp,
+            freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
             p * B // parts, (p + 1) * B // parts,
         )  # fmt: skip
 

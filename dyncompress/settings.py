@@ -182,7 +182,8 @@ class MixSettings:
     # the mixer's seventh weight set, chosen by the kinds of the last `kinds` bytes (space, small letter,
     # capital, UTF-8 lead or continuation byte, digit, line end, control, punctuation:
     # `mix_kernels.fine_kind`); 0: none, as files made before it have it. Its rows start at zero (the
-    # priors are the six sets' before it). Whole texts 0.4 ... 0.8 % smaller (BENCHMARKS.md, 2026-12-05)
+    # priors are the six sets' before it). enwik6 0.95 % smaller, whole texts 0.2 ... 0.8 % (Don
+    # Quijote 0.05 % larger; BENCHMARKS.md, 2026-12-05)
     kinds: int = 7
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 

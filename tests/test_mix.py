@@ -505,7 +505,7 @@ def test_the_record_context_finds_the_records_of_real_data_and_saves_bits():
     assert experts.rec[0, 4] == 4
     without = ",".join(e for e in EXPERTS if e != "record")
     off, on = (measure(data, settings_with(e, lanes=1), None).bits for e in (without, ALL))
-    assert on < 0.97 * off  # 5 % smaller when written
+    assert on < 0.98 * off  # 5 % smaller when written; 3.0 % with the mixer's kinds set (2026-12-05)
 
 
 def test_the_column_context_is_the_column_and_the_byte_above():
@@ -734,7 +734,8 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     kinds_rows = 1 << KINDS_SET[2]
     assert s.mix.kinds > 0 and experts.set_base[-1] == experts.n_sets - kinds_rows
     W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets - kinds_rows, experts.n_in))
-    W, W_slow, updates = (np.concatenate([a, np.zeros((kinds_rows, *a.shape[1:]), a.dtype)]) for a in (W, W_slow, updates))
+    zeros = [np.zeros((kinds_rows, *a.shape[1:]), a.dtype) for a in (W, W_slow, updates)]
+    W, W_slow, updates = (np.concatenate([a, z]) for a, z in zip((W, W_slow, updates), zeros, strict=True))
     # every byte class of an input starts from the prior's weight for it (column i * 7 + c)
     assert s.mix.classes == 7 and experts.W.shape == (W.shape[0], 7 * W.shape[1])
     assert np.array_equal(experts.W[:, ::7], W) and np.array_equal(experts.W_slow[:, 6::7], W_slow)
