@@ -711,6 +711,9 @@ def test_bad_expert_settings_are_refused():
         MixSettings(table_bits=40)
     with pytest.raises(ValueError, match="count limit"):
         MixSettings(count_limit=300)
+    for kinds in (-1, 9):  # (the kinds set reads the last 8 bytes at most: `last` holds 8)
+        with pytest.raises(ValueError, match="kinds must be 0 ... 8"):
+            MixSettings(kinds=kinds)
 
 
 def test_format2_settings_read_as_no_experts():
