@@ -299,15 +299,15 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     return check_prior(name, arrays, shape, file)
 
 
-def prior_rows(name: str, n_sets: int, n_in: int, kinds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The starting rows (W, W_slow, step counts) of every weight set from the prior `name`, whose
-    rows are those of the sets before the kinds set: with it (kinds > 0) its rows start at zero
-    (adding nothing to the sum of rows), with no steps taken (the rate of a new row). Read-only."""
-    extra = (1 << KINDS_SET[2]) if kinds else 0
-    arrays = load_prior(name, (n_sets - extra, n_in))
-    if not extra:
+def prior_rows(name: str, shape: tuple[int, int], zero_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The starting rows (W, W_slow, step counts) of every weight set, `shape` (sets, n_in), from the
+    prior `name`, which holds all but the last `zero_rows` (the kinds set's, where there is one):
+    those start at zero (adding nothing to the sum of rows), with no steps taken (the rate of a new
+    row). Read-only."""
+    arrays = load_prior(name, (shape[0] - zero_rows, shape[1]))
+    if not zero_rows:
         return arrays
-    out = tuple(np.concatenate([a, np.zeros((extra, *a.shape[1:]), dtype=a.dtype)]) for a in arrays)
+    out = tuple(np.concatenate([a, np.zeros((zero_rows, *a.shape[1:]), dtype=a.dtype)]) for a in arrays)
     for a in out:
         a.flags.writeable = False
     return out
@@ -472,7 +472,8 @@ class Experts:
         self.w0_slow = self.w0  # (only read: reset copies them)
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, self.n_sets, self.n_in, s.kinds)
+            zero_rows = sizes[-1] if s.kinds else 0  # (the kinds set's rows: not in the priors)
+            self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, (self.n_sets, self.n_in), zero_rows)
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)
         self.cls = byte_classes(s.classes)
