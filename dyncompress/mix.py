@@ -177,6 +177,9 @@ ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
 # a seventh, since 2026-12-05 (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
 KINDS_SET = ("kinds", 11, 12)
+# an eighth, since 2026-12-05 (MixSettings.state_set), indexed directly: a row for every match state (none;
+# else the kind of the byte it predicts with its length bucket), order seen and kind of the last byte
+MATCH_STATES = 1 + kernels.N_KINDS * len(MATCH_EDGES)
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
 Z_BOUND = 1 << 20  # |z| bound (256 nats) in units of 2^-12
 W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
@@ -442,23 +445,25 @@ class Experts:
         self.hb = max(10, s.history_bits - max(0, (B - 1).bit_length()))
         # the mixer: inputs net, counts..., run, ppm, match. Its weights are the sum of one row from each
         # of six tables, chosen by (match bucket, order seen), (order seen, its count bucket,
-        # deterministic?), the previous byte and the hashes of HASHED_SETS; with s.kinds, a seventh (KINDS_SET).
+        # deterministic?), the previous byte and the hashes of HASHED_SETS; with s.kinds, a seventh (KINDS_SET);
+        # with s.state_set, one more (MATCH_STATES x (K + 1) x N_KINDS rows).
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
         self.ln_mant, self.ln2 = ppm_log_tables()
         n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
         hashed = HASHED_SETS + (KINDS_SET,) * (s.kinds > 0)
         self.set_salts = np.array([salt for _, salt, _ in hashed], dtype=np.uint64)
         self.set_shifts = np.array([64 - bits for _, _, bits in hashed], dtype=np.uint64)
-        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed]
+        state_rows = MATCH_STATES * (self.K + 1) * kernels.N_KINDS if s.state_set else 0
+        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed] + [state_rows] * s.state_set
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))
         # `learn_parts` steps the first split_sets weight sets and updates the first split_tables count
         # tables in one section, the rest beside `advance` (and the APM's step) in the other. With the
         # APM (the costliest) all of them go to the first; without it, half the tables, and the small
-        # sets there, the hashed ones here (--fast on the enwik8 slice: 194 ... 196 kB/s, against
-        # 187 ... 191 with the first hashed set there too and 187 with all six)
+        # sets there, the hashed ones (and the state set) here (--fast on the enwik8 slice: 194 ... 196
+        # kB/s, against 187 ... 191 with the first hashed set there too and 187 with all six)
         self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
-        self.split_sets = len(sizes) if self.use_apm else len(sizes) - len(hashed)
+        self.split_sets = len(sizes) if self.use_apm else 3
         self.w0 = np.zeros((self.n_sets, self.n_in), dtype=np.int64)
         self.w0[:n_a, 0] = 1 << 16
         self.w0[:n_a, 1 : 1 + self.K] = (1 << 16) // 4
@@ -472,7 +477,7 @@ class Experts:
         self.w0_slow = self.w0  # (only read: reset copies them)
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            zero_rows = sizes[-1] if s.kinds else 0  # (the kinds set's rows: not in the priors)
+            zero_rows = sum(sizes[3 + len(HASHED_SETS) :])  # (the kinds and state sets' rows: not in the priors)
             self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, (self.n_sets, self.n_in), zero_rows)
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)
@@ -606,10 +611,10 @@ class Experts:
         kernel(
             *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
-            self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds, MATCH_EDGES,
-            COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm, self.ln_mant, self.ln2, self.apm,
-            self.apm2, self._f0, self._apm_at, self.W_slow, self._z_fast, self._z_slow, self._f_fast, self._f_slow,
-            self.two, self.cls,
+            self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds,
+            self.s.state_set, MATCH_EDGES, COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm,
+            self.ln_mant, self.ln2, self.apm, self.apm2, self._f0, self._apm_at, self.W_slow, self._z_fast,
+            self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
             *whole,
         )  # fmt: skip
         mixer = self._f0 if self.use_apm else freqs

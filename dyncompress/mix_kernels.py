@@ -29,6 +29,7 @@ COL_SALT = np.uint64(0x2545F4914F6CDD1D)
 WRAP_SALT = np.uint64(0x94D049BB133111EB)
 REC_VOTES = 16  # a record length takes over after this many votes
 REC_FRESH = 32  # the record context is used while the length had a vote within this many records
+N_KINDS = 9  # `fine_kind`'s kinds
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes (CJK and the like): a word of its own
 
 
@@ -432,13 +433,15 @@ def mixed_logits(b, E0, base, ent, m, cls, weights, common, acc):
 @njit(cache=True)
 def mix_step(
     logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
-    set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls, lo, hi,
+    set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one, z_bound, exp,
+    freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
-    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6, or 7 with the
-    kinds set: `kinds` > 0, the bytes whose kinds choose its row); and from z
+    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6; one more with
+    the kinds set: `kinds` > 0, the bytes whose kinds choose its row; one more after it with
+    `state_set`: the match's predicted byte's kind and length bucket, the highest order seen and the
+    last byte's kind choose its row, directly); and from z
     the coded frequencies (`frequencies`). With `two`, z is the mean of two mixers' logits, z_fast by
     the weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
     probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`); without, z is
@@ -550,6 +553,13 @@ def mix_step(
             for j in range(kinds):
                 key = key << U4 | np.uint64(fine_kind(np.int64((last[b] >> np.uint64(8 * j)) & MASK8)))
             sets[b, 6] = np.int64(mix64(key + set_salts[3]) >> set_shifts[3]) + set_base[6]
+        if state_set:  # STATE_SET: (match state, order seen, last byte's kind), one row each
+            at = 7 if kinds else 6
+            state = 0  # no match; else its predicted byte's kind with its length bucket (1 ... 8)
+            if use_match and mlen[b] > 0:
+                state = 1 + fine_kind(np.int64(hist[ptr[b]])) * match_edges.shape[0] + bucket - 1
+            kind = fine_kind(np.int64(last[b] & MASK8))
+            sets[b, at] = (state * (K + 1) + order_seen) * N_KINDS + kind + set_base[at]
         chosen_weights(b, sets, W, weights)
         mixed_logits(b, E0, base, ent, m, cls, weights, common, acc)
         if two:  # the second mixer, over the same rows: z is their mean (rounded down)
@@ -577,8 +587,8 @@ def mix_step(
 @njit(cache=True, parallel=True)
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-    word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp, freqs,
-    n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
+    word, W, set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one, z_bound,
+    exp, freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
     reads the tables, and writes each lane's own rows."""
@@ -586,8 +596,9 @@ def mix_parts(
     for p in prange(parts):
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-            word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp,
-            freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
+            word, W, set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one,
+            z_bound, exp, freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
+            two, cls,
             p * B // parts, (p + 1) * B // parts,
         )  # fmt: skip
 

@@ -185,6 +185,10 @@ class MixSettings:
     # priors are the six sets' before it). enwik6 0.95 % smaller, whole texts 0.2 ... 0.8 % (Don
     # Quijote 0.05 % larger; BENCHMARKS.md, 2026-12-05)
     kinds: int = 7
+    # the mixer's eighth weight set (after the kinds set), a row for every match state (none, or the kind of
+    # the byte it predicts with its length bucket), highest order seen and kind of the last byte (`mix`);
+    # False: none, as files made before it have it. Its rows start at zero, like the kinds set's
+    state_set: bool = True
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:

@@ -19,6 +19,7 @@ from dyncompress.mix import (
     COUNT_EDGES,
     KINDS_SET,
     MATCH_EDGES,
+    MATCH_STATES,
     ORDERS,
     PRIOR_SHA256,
     RATE_SETTLE,
@@ -33,7 +34,7 @@ from dyncompress.mix import (
     rounded_logs,
     table_bytes,
 )
-from dyncompress.mix_kernels import byte_kind, fine_kind
+from dyncompress.mix_kernels import N_KINDS, byte_kind, fine_kind
 from dyncompress.mix_kernels import frequencies as integer_frequencies
 from dyncompress.predictor import NoNetwork
 from dyncompress.settings import (
@@ -632,7 +633,7 @@ def test_the_kinds_set_is_chosen_by_the_kinds_of_the_last_bytes_and_saves_bits()
     last `kinds` bytes takes another. kinds 0 has the six sets of the files made before it. Without
     the network, 30 kB of alice29 costs less with it."""
     assert [fine_kind(c) for c in b" aZ\xc3\xa40\n\r\t,."] == [0, 1, 6, 7, 8, 2, 3, 3, 4, 5, 5]
-    mix = MixSettings(experts="orders", table_bits=12, kinds=4)
+    mix = MixSettings(experts="orders", table_bits=12, kinds=4, state_set=False)
 
     def row(history: bytes) -> int:
         experts = feed(Experts(mix, 1), history)
@@ -645,17 +646,55 @@ def test_the_kinds_set_is_chosen_by_the_kinds_of_the_last_bytes_and_saves_bits()
     assert len({same[0], *others}) == 5, others  # (the fifth byte back: beyond the four read)
     assert row(b"x1, Ab") == same[0]
     assert Experts(replace(mix, kinds=0), 1)._sets.shape[1] == 6 and Experts(mix, 1)._sets.shape[1] == 7
-    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=MixSettings(table_bits=14, prior=""))
+    # (beside the seven sets before the state set, as it was measured)
+    mix = MixSettings(table_bits=14, prior="", state_set=False)
+    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=mix)
     text = corpus("alice29.txt")[:30000]
     bits = {k: measure(text, replace(base, mix=replace(base.mix, kinds=k)), None).bits for k in (0, 7)}
     assert bits[7] < 0.995 * bits[0], bits
+
+
+def test_the_state_set_is_chosen_by_the_match_the_order_seen_and_the_last_kind_and_saves_bits():
+    """The mixer's eighth weight set (MixSettings.state_set) has a row for every match state (none;
+    else the kind of the byte the match predicts with its length bucket), highest order seen and
+    kind of the last byte, indexed directly. Without it a file has the seven sets before it. Without
+    the network, 30 kB of alice29 costs less with it."""
+    mix = MixSettings(experts="orders,match", table_bits=12, kinds=4)
+    K = Experts(mix, 1).K
+
+    def row(history: bytes) -> tuple[int, int, int]:
+        experts = feed(Experts(mix, 1), history)
+        experts.mix(np.zeros((1, 256)))
+        offset = int(experts._sets[0, 7] - experts.set_base[7])
+        state, rest = divmod(offset, (K + 1) * N_KINDS)
+        return state, *divmod(rest, N_KINDS)
+
+    # a fresh start: no match, no order seen, the last byte 0 (a control)
+    assert row(b"") == (0, 0, fine_kind(0))
+    # "abcdefgh" once: after "cdefg" nothing repeats yet, order 1 saw "g" only before
+    unique = bytes(range(65, 91))
+    state, order, kind = row(unique[:12])
+    assert (state, order, kind) == (0, 0, fine_kind(unique[11]))
+    # the text again: a match of 12 bytes predicts the next capital, every order has seen its context
+    state, order, kind = row(unique + b" " + unique[:12])
+    assert state > 0 and order == len(ORDERS) and kind == fine_kind(unique[11])
+    bucket = 1 + (state - 1) % len(MATCH_EDGES)  # (lengths 12 ... 15: the third)
+    assert (state - 1) // len(MATCH_EDGES) == fine_kind(unique[12]) and MATCH_EDGES[bucket - 1] == 12
+    # the same place after a small letter predicted: another row, in the same order and kind
+    state2, order2, _ = row(unique.lower() + b" " + unique.lower()[:12])
+    assert state2 != state and (state2 - 1) // len(MATCH_EDGES) == fine_kind(ord("m")) and order2 == order
+    assert Experts(replace(mix, state_set=False), 1)._sets.shape[1] == 7 and Experts(mix, 1)._sets.shape[1] == 8
+    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=MixSettings(table_bits=14, prior=""))
+    text = corpus("alice29.txt")[:30000]
+    bits = {k: measure(text, replace(base, mix=replace(base.mix, state_set=k)), None).bits for k in (False, True)}
+    assert bits[True] < 0.997 * bits[False], bits
 
 
 def test_a_widened_prior_is_its_base_with_the_last_tables_input_repeated():
     """text4 and online2 are text3 and online1 laid out for the wrap table (`widen_prior`): every
     weight row the experts before it could choose is the base's row, with one more input (the wrap
     table's) that starts as the column table's; the step counts follow their rows."""
-    wide, narrow = (Experts(MixSettings(experts=e, prior="", kinds=0), 1) for e in (ALL, BEFORE_WRAP))
+    wide, narrow = (Experts(MixSettings(experts=e, prior="", kinds=0, state_set=False), 1) for e in (ALL, BEFORE_WRAP))
     K, n_a, n_b = narrow.K, len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
     assert wide.K == K + 1 and wide.n_in == narrow.n_in + 1 and wide.n_sets == narrow.n_sets + n_a + n_b
     for name, base in WIDENED.items():
@@ -737,11 +776,14 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert make_settings(model=None, device="cpu").mix.mixers == 2
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
-    # the prior holds the rows of the six sets before the kinds set, whose rows start at zero
-    kinds_rows = 1 << KINDS_SET[2]
-    assert s.mix.kinds > 0 and experts.set_base[-1] == experts.n_sets - kinds_rows
-    W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets - kinds_rows, experts.n_in))
-    zeros = [np.zeros((kinds_rows, *a.shape[1:]), a.dtype) for a in (W, W_slow, updates)]
+    # the prior holds the rows of the six sets before the kinds set; its rows and the state set's
+    # after it start at zero
+    kinds_rows, state_rows = 1 << KINDS_SET[2], MATCH_STATES * (experts.K + 1) * N_KINDS
+    assert s.mix.kinds > 0 and s.mix.state_set and experts.n_sets - experts.set_base[-1] == state_rows
+    zero_rows = kinds_rows + state_rows
+    assert experts.set_base[-2] == experts.n_sets - zero_rows
+    W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets - zero_rows, experts.n_in))
+    zeros = [np.zeros((zero_rows, *a.shape[1:]), a.dtype) for a in (W, W_slow, updates)]
     W, W_slow, updates = (np.concatenate([a, z]) for a, z in zip((W, W_slow, updates), zeros, strict=True))
     # every byte class of an input starts from the prior's weight for it (column i * 7 + c)
     assert s.mix.classes == 7 and experts.W.shape == (W.shape[0], 7 * W.shape[1])
@@ -750,14 +792,14 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     s = replace(s, mix=replace(s.mix, classes=1))
     experts = Experts(s.mix, 4)
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
-    without = Experts(replace(s.mix, kinds=0), 4)  # (as files made before the kinds set)
-    assert np.array_equal(without.W, W[:-kinds_rows]) and np.array_equal(without.updates, updates[:-kinds_rows])
+    without = Experts(replace(s.mix, kinds=0, state_set=False), 4)  # (as files made before the kinds set)
+    assert np.array_equal(without.W, W[:-zero_rows]) and np.array_equal(without.updates, updates[:-zero_rows])
     # the rows start at the rates they had learned down to: step counts of 0 ... 128
     assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
     hand_set = Experts(replace(s.mix, prior=""), 4)
     assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow) and not hand_set.updates.any()
     # text2 has text3's rows without the step counts (both for the experts before the wrap table)
-    narrow = Experts(replace(s.mix, experts=BEFORE_WRAP, prior="text3", kinds=0), 1)
+    narrow = Experts(replace(s.mix, experts=BEFORE_WRAP, prior="text3", kinds=0, state_set=False), 1)
     shape = (narrow.n_sets, narrow.n_in)
     assert np.array_equal(load_prior("text2", shape)[0], load_prior("text3", shape)[0])
     assert not load_prior("text2", shape)[2].any() and load_prior("text3", shape)[2].any()
@@ -791,10 +833,18 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
         first = compress(data, model=model, device="cpu", threads=1, prior=earlier, experts=BEFORE_WRAP)
         assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == earlier
         assert decompress(first) == data
-    # a file made before the kinds set has no such key: it decodes with the six sets before it
-    no_kinds = compress(data, model=model, device="cpu", threads=1, kinds=0)
+    # a file made before the kinds set has no such key (nor the state set's): it decodes with the six
+    # sets before them
+    no_kinds = compress(data, model=model, device="cpu", threads=1, kinds=0, state_set=False)
     assert no_kinds != packed and parse_header(packed)[0]["settings"]["mix"]["kinds"] == 7
-    assert decompress(rewrite_header(no_kinds, lambda m: m["settings"]["mix"].pop("kinds"))) == data
+    assert (
+        decompress(rewrite_header(no_kinds, lambda m: [m["settings"]["mix"].pop(k) for k in ("kinds", "state_set")]))
+        == data
+    )
+    # a file made before the state set has no such key: it decodes with the seven sets before it
+    no_state = compress(data, model=model, device="cpu", threads=1, state_set=False)
+    assert no_state not in (packed, no_kinds) and parse_header(packed)[0]["settings"]["mix"]["state_set"] is True
+    assert decompress(rewrite_header(no_state, lambda m: m["settings"]["mix"].pop("state_set"))) == data
     # online mode names its own prior, and files coded online before it existed decode without it
     online = compress(data, model=None, device="cpu", threads=1)
     assert parse_header(online)[0]["settings"]["mix"]["prior"] == ONLINE_PRIOR and decompress(online) == data
