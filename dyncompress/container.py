@@ -51,7 +51,7 @@ FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit
 # Mixer settings added after format 3's first files (0.4): a header that lacks them means them off.
 MIX_ADDED = {
     "prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1, "ways": 1, "kinds": 0,
-    "state_set": False,
+    "state_set": False, "mix_floor": 0.0,
 }  # fmt: skip
 # Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
 ADAPT_ADDED = {

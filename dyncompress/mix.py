@@ -159,8 +159,9 @@ ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # from its start), the current word with the one two back (BENCHMARKS.md, issue 11, fourth session)
 WORDS = ("pair", "word", "skip")
 HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
-# the mixer's rates: a weight row starts at RATE_START times the settled rate (mix_lr) and comes down
-# to it as RATE_SETTLE / (RATE_SETTLE + its steps): rows seen often learn slowly, rare ones fast
+# the mixer's rates: a weight row starts at RATE_START times mix_lr and comes down as RATE_SETTLE /
+# (RATE_SETTLE + its steps) to the rate it settles at (mix_floor, or mix_lr where mix_floor is 0): rows
+# seen often learn slowly, rare ones fast
 RATE_START, RATE_SETTLE = 16, 64
 MATCH_MIN = 6  # bytes hashed to find a match
 MATCH_CHECK = 32  # bytes compared backwards to verify one
@@ -483,8 +484,11 @@ class Experts:
         # starting from the input's weight (C = 1: one weight an input, as before classes)
         self.cls = byte_classes(s.classes)
         self.two = s.mixers == 2  # a second mixer at half the rate, the logits averaged (`mix_kernels.mix_step`)
-        self.lr = int(round(s.mix_lr * (1 << 20)))  # the rate a weight row settles at (units 2^-20)
-        self.lr_start = RATE_START * RATE_SETTLE * self.lr  # over RATE_SETTLE + steps: the rate before it settles
+        lr = int(round(s.mix_lr * (1 << 20)))  # units 2^-20
+        self.lr_start = RATE_START * RATE_SETTLE * lr  # over RATE_SETTLE + steps: the rate before it settles
+        # the rate a weight row settles at: mix_floor's, reached after RATE_START * RATE_SETTLE * mix_lr /
+        # mix_floor steps (mix_lr's, after RATE_SETTLE * (RATE_START - 1), where mix_floor is 0)
+        self.lr = int(round(s.mix_floor * (1 << 20))) if s.mix_floor else lr
         # scratch for one step (what `mix` used, read by `learn`)
         # the evidence, sparse (`mix_kernels.mix_step`): the network's logits less their maximum, every
         # other input's value for most bytes, and (input, byte, difference) for the rest (|e| <= 2^18)

@@ -170,6 +170,11 @@ class MixSettings:
     # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
     # (with seven classes 0.0004 and 0.0005 cost the whole of Don Quijote 1.0 and 1.75 %, 0.0003 0.3 %)
     mix_lr: float = 0.0003
+    # the rate a weight row settles at, as it keeps coming down from 16 mix_lr with its steps (0: mix_lr,
+    # as files made before it have it: a row reached it after ~1,000 steps; at 0.00015, after ~2,000).
+    # The whole of Don Quijote (2.2 MB) 1.7489 -> 1.7304 bits per byte, derzhavin -0.7 %,
+    # hongloumeng -0.3 %, texts of 110 ... 310 kB within +-0.03 % (BENCHMARKS.md, 2026-12-05)
+    mix_floor: float = 0.00015
     # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
     # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
     mixers: int = 2
@@ -206,6 +211,7 @@ class MixSettings:
             (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
             (self.ways in (1, 2, 4, 8), "ways must be 1, 2, 4 or 8"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
+            (0 <= self.mix_floor <= 1, "the mixer's settled rate must be 0 ... 1 (0: the learning rate)"),
             (self.mixers in (1, 2), "mixers must be 1 or 2"),
             (self.classes in (1, 7), "byte classes must be 1 or 7"),
             (0 <= self.kinds <= 8, "kinds must be 0 ... 8 (the bytes the kinds set reads)"),

@@ -145,16 +145,27 @@ def test_a_format3_header_reads_with_its_own_dictionary():
     """Format 3 (development builds of 0.4) deflated its meta with another dictionary: its headers
     still read, and a mixer record without the prior means none (and the match table of then:
     2^table_bits slots, shared; the count tables' rows of then: a count for every byte; two mixers, one byte class;
-    every context in its own row; six weight sets, no kinds set, no state set)."""
+    every context in its own row; six weight sets, no kinds set, no state set; rows settling at mix_lr)."""
     meta = json.loads(META_DICTS[3])  # the typical record of format 3's first files
     meta["fingerprint"] = "fedcba9876543210"
     packed = _deflated_header(meta, 3)
     assert len(packed) < 100 < len(META_DICTS[3])
     read, end = parse_header(packed + b"rest")
     mix = read["settings"]["mix"]
-    names = ("prior", "match_bits", "match_lane", "slots", "mixers", "classes", "ways", "kinds", "state_set")
+    names = (
+        "prior",
+        "match_bits",
+        "match_lane",
+        "slots",
+        "mixers",
+        "classes",
+        "ways",
+        "kinds",
+        "state_set",
+        "mix_floor",
+    )
     added = [mix.pop(k) for k in names]
-    assert end == len(packed) and added == ["", 0, False, 0, 2, 1, 1, 0, False]
+    assert end == len(packed) and added == ["", 0, False, 0, 2, 1, 1, 0, False, 0.0]
     assert read == {**meta, "format": 3}
     # the same body labelled format 4 (CRC made good) is read with format 4's dictionary: refused
     relabelled = MAGIC + struct.pack("<H", 4) + packed[len(MAGIC) + 2 : -4]

@@ -23,6 +23,7 @@ from dyncompress.mix import (
     ORDERS,
     PRIOR_SHA256,
     RATE_SETTLE,
+    RATE_START,
     WIDENED,
     Z_BOUND,
     Experts,
@@ -273,6 +274,31 @@ def test_one_mixer_codes_its_own_logits_and_leaves_the_second_alone():
     g = ((p[None, :] * E).sum(axis=1) >> 24) - E[:, ord("a")]
     assert np.array_equal(experts.W[rows] - w[rows], -((g[None, :] * rate[:, None] + (1 << 15)) >> 16))
     assert np.array_equal(experts.W_slow, experts.w0_slow)
+
+
+def test_busy_rows_settle_at_the_floor_rate_and_rare_ones_learn_as_before():
+    """A weight row's rate starts at RATE_START times mix_lr and comes down with its steps to
+    mix_floor (mix_lr where mix_floor is 0, as in files made before it): from the same state, a
+    step moves the rows chosen thousands of times less than it did, and the rows chosen rarely
+    (still above mix_lr's rate) as much."""
+    one = MixSettings(experts="orders,match", table_bits=12, mixers=1, classes=1)
+    assert 0 < one.mix_floor < one.mix_lr
+    new, old = Experts(one, 1), feed(Experts(replace(one, mix_floor=0), 1), corpus("alice29.txt")[:6000])
+    lr = round(one.mix_lr * (1 << 20))
+    assert new.lr_start == old.lr_start == RATE_START * RATE_SETTLE * lr
+    assert old.lr == lr and new.lr == round(one.mix_floor * (1 << 20))
+    new.load(old.state())
+    steps = []
+    for experts in (old, new):
+        freqs, used = experts.mix(np.zeros((1, 256)))
+        w = experts.W.copy()
+        experts.learn(used, freqs, np.array([ord("e")]), 1)
+        rows = used["sets"][0]
+        steps.append(np.abs(experts.W[rows] - w[rows]).sum(axis=1))
+    updates = new.updates[rows] - 1  # (the steps each row had taken before this one)
+    busy, rare = updates >= RATE_START * RATE_SETTLE, updates < RATE_SETTLE * (RATE_START - 1)
+    assert busy.any() and rare.any()
+    assert (steps[1][busy] < steps[0][busy]).all() and (steps[1][rare] == steps[0][rare]).all(), (updates, steps)
 
 
 def test_byte_classes_weigh_every_class_of_bytes_with_its_own_weights():
@@ -757,6 +783,9 @@ def test_bad_expert_settings_are_refused():
     for kinds in (-1, 9):  # (the kinds set reads the last 8 bytes at most: `last` holds 8)
         with pytest.raises(ValueError, match="kinds must be 0 ... 8"):
             MixSettings(kinds=kinds)
+    for floor in (-1e-4, 1.5):
+        with pytest.raises(ValueError, match="settled rate must be 0 ... 1"):
+            MixSettings(mix_floor=floor)
 
 
 def test_format2_settings_read_as_no_experts():
@@ -845,6 +874,10 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
     no_state = compress(data, model=model, device="cpu", threads=1, state_set=False)
     assert no_state not in (packed, no_kinds) and parse_header(packed)[0]["settings"]["mix"]["state_set"] is True
     assert decompress(rewrite_header(no_state, lambda m: m["settings"]["mix"].pop("state_set"))) == data
+    # a file made before the settled rate (mix_floor) has no such key: its rows settle at mix_lr
+    no_floor = compress(data, model=model, device="cpu", threads=1, mix_floor=0.0)
+    assert no_floor != packed and parse_header(packed)[0]["settings"]["mix"]["mix_floor"] > 0
+    assert decompress(rewrite_header(no_floor, lambda m: m["settings"]["mix"].pop("mix_floor"))) == data
     # online mode names its own prior, and files coded online before it existed decode without it
     online = compress(data, model=None, device="cpu", threads=1)
     assert parse_header(online)[0]["settings"]["mix"]["prior"] == ONLINE_PRIOR and decompress(online) == data
