@@ -89,10 +89,18 @@ calgary/obj2 and enwik8 1.3 ... 1.5 %; with it (BENCHMARKS.md) enwik6 0.95 %, wh
 0.2 ... 0.8 % (obj2 1.4 %; Don Quijote 0.05 % larger, derzhavin unchanged). Of the kinds of the last
 five, seven or eight bytes, seven did best; the six coarser kinds of `byte_kind` (letters one kind)
 left Japanese 0.5 % behind; a further set by the column with the last byte's kind gave European text
-0.2 % and cost Japanese 0.1 %, not taken. The mixer learns its weights online, after every byte, by
-the gradient of the code length: each chosen row -= lr * (sum_j p_j e_ij - e_iy), every row at its
-own rate, which starts 16 times mix_lr and falls to it as the row learns (rarely chosen rows of the
-hashed sets learn fast, the busy ones settle). There are two such mixers over the same rows and
+0.2 % and cost Japanese 0.1 %, not taken. An eighth (MixSettings.state_set, 2026-12-05) has a row for
+every match state (none; else the kind of the byte it predicts with its length bucket), highest
+context seen and kind of the last byte, indexed directly (MATCH_STATES x (K + 1) x 9 rows, starting
+at zero like the kinds set's): European novels 0.1 ... 0.3 % smaller, calgary/obj2 0.3 %, Japanese
+0.05 %; Don Quijote 0.2 % larger, derzhavin 0.1 %, until the settled rate below. The mixer learns
+its weights online, after every byte, by the gradient of the code length: each chosen row -= lr *
+(sum_j p_j e_ij - e_iy), every row at its own rate, which starts 16 times mix_lr and comes down as
+the row learns, to mix_floor (rarely chosen rows of the hashed sets learn fast, the busy ones
+settle). Files made before mix_floor settle at mix_lr, after about 1,000 steps; at mix_floor 0.00015
+(half of mix_lr) the busy rows go on slowing to about 2,000 steps: the whole of Don Quijote 1.1 %
+smaller, derzhavin 0.7 %, hongloumeng 0.2 %, the texts of 110 ... 310 kB within +-0.07 %, calgary/obj2
+0.5 % larger (a binary that wants the faster rate; BENCHMARKS.md). There are two such mixers over the same rows and
 inputs, the second learning at half the rate, each from its own p; z is the mean of their logits
 (alice29 0.3 % smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %;
 one mixer at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter

@@ -173,7 +173,7 @@ class MixSettings:
     # the rate a weight row settles at, as it keeps coming down from 16 mix_lr with its steps (0: mix_lr,
     # as files made before it have it: a row reached it after ~1,000 steps; at 0.00015, after ~2,000).
     # The whole of Don Quijote (2.2 MB) 1.7489 -> 1.7304 bits per byte, derzhavin -0.7 %,
-    # hongloumeng -0.3 %, texts of 110 ... 310 kB within +-0.03 % (BENCHMARKS.md, 2026-12-05)
+    # hongloumeng -0.2 %, texts of 110 ... 310 kB within +-0.07 %, calgary/obj2 +0.5 % (BENCHMARKS.md, 2026-12-05)
     mix_floor: float = 0.00015
     # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
     # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
