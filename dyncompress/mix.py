@@ -472,7 +472,7 @@ class Experts:
         # sets there, the hashed ones (and the state set) here (--fast on the enwik8 slice: 194 ... 196
         # kB/s, against 187 ... 191 with the first hashed set there too and 187 with all six)
         self.split_tables = self.K if self.use_apm else (self.K + 1) // 2
-        self.split_sets = len(sizes) if self.use_apm else 3
+        self.split_sets = len(sizes) if self.use_apm else 3  # (the small sets: n_a, n_b, the previous byte's)
         self.w0 = np.zeros((self.n_sets, self.n_in), dtype=np.int64)
         self.w0[:n_a, 0] = 1 << 16
         self.w0[:n_a, 1 : 1 + self.K] = (1 << 16) // 4

@@ -697,7 +697,7 @@ def test_the_state_set_is_chosen_by_the_match_the_order_seen_and_the_last_kind_a
 
     # a fresh start: no match, no order seen, the last byte 0 (a control)
     assert row(b"") == (0, 0, fine_kind(0))
-    # "abcdefgh" once: after "cdefg" nothing repeats yet, order 1 saw "g" only before
+    # twelve different capitals once: no context has been seen before them, nothing repeats
     unique = bytes(range(65, 91))
     state, order, kind = row(unique[:12])
     assert (state, order, kind) == (0, 0, fine_kind(unique[11]))
