@@ -97,11 +97,12 @@ at zero like the kinds set's): European novels 0.1 ... 0.3 % smaller, calgary/ob
 its weights online, after every byte, by the gradient of the code length: each chosen row -= lr *
 (sum_j p_j e_ij - e_iy), every row at its own rate, which starts 16 times mix_lr and comes down as
 the row learns, to mix_floor (rarely chosen rows of the hashed sets learn fast, the busy ones
-settle). Files made before mix_floor settle at mix_lr, after about 1,000 steps; at mix_floor 0.00015
-(half of mix_lr) the busy rows go on slowing to about 2,000 steps: the whole of Don Quijote 1.1 %
-smaller, derzhavin 0.7 %, hongloumeng 0.2 %, the texts of 110 ... 310 kB within +-0.07 %, calgary/obj2
-0.5 % larger (a binary that wants the faster rate; BENCHMARKS.md). There are two such mixers over the same rows and
-inputs, the second learning at half the rate, each from its own p; z is the mean of their logits
+settle). Files made before mix_floor settle at mix_lr, after about 1,000 steps; at mix_floor
+0.00015 (half of mix_lr) the busy rows go on slowing to about 2,000 steps: the whole of Don Quijote
+1.1 % smaller, derzhavin 0.7 %, hongloumeng 0.2 %, the texts of 110 ... 310 kB within +-0.07 %,
+calgary/obj2 0.5 % larger (a binary that wants the faster rate; BENCHMARKS.md). There are two such
+mixers over the same rows and inputs, the second learning at half the rate, each from its own p; z
+is the mean of their logits
 (alice29 0.3 % smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %;
 one mixer at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter
 and the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
@@ -313,8 +314,8 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
 
 def prior_rows(name: str, shape: tuple[int, int], zero_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The starting rows (W, W_slow, step counts) of every weight set, `shape` (sets, n_in), from the
-    prior `name`, which holds all but the last `zero_rows` (the kinds set's, where there is one):
-    those start at zero (adding nothing to the sum of rows), with no steps taken (the rate of a new
+    prior `name`, which holds all but the last `zero_rows` (the kinds and state sets', where there are
+    any): those start at zero (adding nothing to the sum of rows), with no steps taken (the rate of a new
     row). Read-only."""
     arrays = load_prior(name, (shape[0] - zero_rows, shape[1]))
     if not zero_rows:

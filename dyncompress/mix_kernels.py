@@ -548,9 +548,10 @@ def mix_step(
         keys = (last[b] & MASK16, word[b, 0], last[b] & MASK24)  # HASHED_SETS: pair, word, triple
         for s in range(3):
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
-        if kinds:  # KINDS_SET: the kinds of the last `kinds` bytes (up to 8), four bits each
-            key = np.uint64(0)
-            for j in range(kinds):
+        kind = fine_kind(np.int64(last[b] & MASK8))  # the last byte's (both sets below read it)
+        if kinds:  # KINDS_SET: the kinds of the last `kinds` bytes (up to 8), four bits each, the last first
+            key = np.uint64(kind)
+            for j in range(1, kinds):
                 key = key << U4 | np.uint64(fine_kind(np.int64((last[b] >> np.uint64(8 * j)) & MASK8)))
             sets[b, 6] = np.int64(mix64(key + set_salts[3]) >> set_shifts[3]) + set_base[6]
         if state_set:  # STATE_SET: (match state, order seen, last byte's kind), one row each
@@ -558,7 +559,6 @@ def mix_step(
             state = 0  # no match; else its predicted byte's kind with its length bucket (1 ... 8)
             if use_match and mlen[b] > 0:
                 state = 1 + fine_kind(np.int64(hist[ptr[b]])) * match_edges.shape[0] + bucket - 1
-            kind = fine_kind(np.int64(last[b] & MASK8))
             sets[b, at] = (state * (K + 1) + order_seen) * N_KINDS + kind + set_base[at]
         chosen_weights(b, sets, W, weights)
         mixed_logits(b, E0, base, ent, m, cls, weights, common, acc)
