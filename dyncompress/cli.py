@@ -975,20 +975,6 @@ for command in (cli_measure.corpus, cli_measure.eval_, cli_measure.tune, cli_mea
     main.add_command(command)
 
 
-def _interrupted() -> None:
-    """Exit 130 after Ctrl-C, once the command's own clean-up (temporary files) has run: flushed, then
-    without the interpreter's teardown. An interrupt can land while numba compiles or starts its
-    OpenMP threads, and tearing those down afterwards crashed (SIGSEGV after the message) or hung
-    the process in 2 of 5 clean-clone CI runs (test_interrupt_leaves_nothing_behind, 2026-12-05)."""
-    click.echo("dyncompress: interrupted", err=True)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say on it
-            pass
-    os._exit(EXIT_INTERRUPTED)
-
-
 def run() -> None:
     """Entry point: one-line errors, exit 130 on Ctrl-C, quiet on a closed pipe."""
     try:
@@ -998,8 +984,12 @@ def run() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        _interrupted()
+    except click.exceptions.Abort:
+        click.echo("dyncompress: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("dyncompress: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(EXIT_ERROR)
