@@ -1,12 +1,14 @@
 """The console entry point: loads the command line with Ctrl-C held (torch comes later, when a
-command needs it, under `cli_base.loading`: the same hold)."""
+command needs it, under `cli_base.loading`: the same hold), and a Ctrl-C that lands in a finaliser
+or a callback raised just after it (`_signals`)."""
 
 import sys
 
-from ._signals import held_interrupts
+from ._signals import deliver_interrupts, held_interrupts
 
 
 def run() -> None:
+    deliver_interrupts()
     try:
         with held_interrupts():
             from .cli import run as cli_run

@@ -206,6 +206,53 @@ def test_interrupt_while_torch_loads_is_one_line(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["alice29.txt"]
 
 
+# Ctrl-C inside a finaliser: the KeyboardInterrupt Python would raise there is printed as "Exception
+# ignored" and dropped. The child sends itself SIGINT from a __del__ and stays there a moment.
+_FINALISER = """
+import signal, sys, time
+from dyncompress._signals import deliver_interrupts
+if sys.argv[1] == "delivered":
+    deliver_interrupts()
+class Finaliser:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.05)
+try:
+    Finaliser()
+    time.sleep(1)
+    print("ran on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_in_a_finaliser_or_callback_is_raised_after_it_not_lost():
+    """Where numba loaded a kernel (llvmlite's finalisers and callbacks), a Ctrl-C was lost: the
+    encode ran on (or died of SIGSEGV). The command line's handler keeps such a Ctrl-C and raises
+    it once the main thread is out of it; without the handler Python drops it (the control)."""
+    said = {}
+    for mode in ("delivered", "python's default"):
+        r = subprocess.run(
+            [sys.executable, "-c", _FINALISER, mode],
+            capture_output=True,
+            timeout=60,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        said[mode] = (r.stdout.decode().strip(), b"Exception ignored" in r.stderr)
+    assert said == {"delivered": ("interrupted", False), "python's default": ("ran on", True)}, said
+    from dyncompress import _signals
+
+    def callback():  # code named as llvmlite's, as C calls it back while numba loads a kernel
+        return sys._getframe()
+
+    llvmlite = os.sep.join(["", "site-packages", "llvmlite", "binding", "executionengine.py"])
+    named = compile("def call_back(f):\n    return f()\n", llvmlite, "exec")
+    scope = {}
+    exec(named, scope)
+    assert _signals.inside_callback(scope["call_back"](callback))
+    assert not _signals.inside_callback(callback())
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_any_thread_count_decodes_exactly(tmp_path, threads):
     """`-T N` is recorded (the decoder's default), and any other count decodes the same bytes."""
