@@ -1,6 +1,6 @@
 """This checkout beside release 0.2.0 (float32), in one run: sizes and speeds.
 
-    python bench/exact_vs_float.py /tmp/v020/bin/python [--decode alice29]
+    python bench/exact_vs_float.py /tmp/v020/bin/python [--decode alice29] [--online]
 
 The old version runs in its own virtual environment (its python given first), the new one is this
 checkout; each encode (and decode) is a fresh process that times only the coding (`compress` /
@@ -79,13 +79,17 @@ def main() -> None:
     ap.add_argument("--decode", nargs="*", default=["alice29"], help="inputs to time decoding on")
     ap.add_argument("--inputs", nargs="*", default=list(INPUTS))
     ap.add_argument("--one-thread", action=argparse.BooleanOptionalAction, default=True, help="also both at 1 thread")
+    ap.add_argument("--online", action="store_true", help="online mode (no model) in both, instead of the defaults")
     args = ap.parse_args()
+    start = {"model": None} if args.online else {}
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"# {platform.machine()} {cpu}, {os.cpu_count()} cores, python {platform.python_version()}")
     rows = []
     for name in args.inputs:
         decode = name in args.decode
-        for label, settings in (("default", {}), ("1 thread", {"threads": 1}))[: 2 if args.one_thread else 1]:
+        runs = (("default", start), ("1 thread", {**start, "threads": 1}))
+        for label, settings in runs[: 2 if args.one_thread else 1]:
+            label = f"online, {label}" if args.online else label
             old = child(args.old_python, name, settings, decode, "/")
             new = child(sys.executable, name, settings, decode, str(ROOT))
             n = new["n"]
