@@ -30,8 +30,10 @@ ONLINE_ABOVE = 6.25  # bits per byte of the probe
 # most of what 256 units gain (first 100 kB, at -2's rate 2e-3: obj2 2.4831 against 2.4404, pic
 # 0.4101 / 0.4071, zho 2.5115 / 2.5065, jpn 1.8230 / 1.8217) at about 60 % of their time, about 1.4
 # times the model's; at 3e-3 every input tried is smaller still (obj2 2.4662, pic 0.4087, zho
-# 2.5065, jpn 1.8220; 1.2e-3, 4e-3 and 6e-3 are worse on obj2)
-ONLINE = {"hidden": 128, "lr": 3e-3}
+# 2.5065, jpn 1.8220; 1.2e-3, 4e-3 and 6e-3 are worse on obj2). Segments of 32 (2026-12-05; of 16
+# before, 64 at online mode's -6): whole mushanokoji2 1.6074 -> 1.6039 bits per byte in 57 % of the
+# time, digong 2.1434 -> 2.1420 (of 64: 1.6048, 2.1433).
+ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)
 # knobs that tune the model's adaptation: given any of them, the model is what was asked for
 MODEL_KNOBS = frozenset(

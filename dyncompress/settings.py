@@ -250,7 +250,7 @@ class Settings:
     hidden: int = 128
     seed: int = 0
     lanes: int = 16
-    segment_len: int = 32
+    segment_len: int = 64
     block_size: int = 1 << 20
     frame_size: int = FRAME_SIZE  # bytes per independent frame (a fresh start); 0: one frame, the whole stream
     threads: int = 1  # CPU threads while coding (speed only: the bits are the same with any number)
@@ -353,22 +353,21 @@ NINE_TABLE_BITS = 20
 
 # Online mode (no model): levels trade ratio for speed like xz/zstd -1 ... -9. Rebuilt 2026-12-05
 # from enwik6 (`compress(model=None, ...)`, bits per byte with the header, kB/s on an AMD EPYC with
-# 2 cores; BENCHMARKS.md): with the byte statistics mixed in, their cost per byte puts a floor under
-# the time (hidden 64, 96 and 128 at segments of 64 all code at 38 ... 39 kB/s) and a longer
-# segment is both faster and no worse (hidden 256: segments of 16 12.6 kB/s 1.7810, of 32 15.9 kB/s
-# 1.7774, of 64 22.5 kB/s 1.7827; hidden 128: 23.1 / 1.7921, 34.2 / 1.7862, 37.7 / 1.7867). The
-# default (-6), 128 units in segments of 32 at 3e-3 (the start `auto` already chose for data the
-# model does not fit), codes enwik6 at 2.7 times the speed of 256 units in segments of 16 for 0.3 %
-# more, alice29 at 3 times for 0.1 % more, and the Japanese and Chinese texts smaller and faster
-# (mushanokoji2 1.6074 -> 1.6039 bits per byte in 57 % of the time); release 0.2.0's online mode
-# (256 units, segments of 16, no statistics) was faster than 256 units are here.
+# 2 cores, one run each; BENCHMARKS.md): with the byte statistics mixed in, their cost per byte puts
+# a floor under the time (hidden 64, 96 and 128 in segments of 64 all code at 38 ... 40 kB/s), and a
+# longer segment is faster and about as good (hidden 256: segments of 16 12.6 kB/s 1.7810, of 32
+# 15.9 / 1.7774, of 64 22.5 / 1.7827; hidden 128: 23.1 / 1.7921, 34.2 / 1.7862, 37.7 / 1.7867). The
+# default (-6), 128 units in segments of 64 at 3e-3, codes enwik6 3 times as fast as 256 units in
+# segments of 16 for 0.3 % more, and alice29 4 times as fast for 0.25 % more; 256 units, as before,
+# were slower than release 0.2.0's online mode (which had no statistics to run). `auto`'s online
+# start keeps segments of 32 (`auto.ONLINE`: smaller on Japanese and Chinese text).
 LEVELS: dict[int, dict] = {
-    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3),
+    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3),  # 57.3 kB/s, 1.7996
     2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),  # 38.9 kB/s, 1.7938
-    3: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),  # 39.3 kB/s, 1.7896
-    4: dict(hidden=128, lanes=16, segment_len=64, lr=3e-3),  # 37.7 kB/s, 1.7867
-    5: dict(hidden=128, lanes=16, segment_len=48, lr=3e-3),
-    6: dict(hidden=128, lanes=16, segment_len=32, lr=3e-3),  # 34.2 kB/s, 1.7862
+    3: dict(hidden=96, lanes=32, segment_len=64, lr=3e-3),  # 51.6 kB/s, 1.7979
+    4: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),  # 39.3 kB/s, 1.7896
+    5: dict(hidden=96, lanes=16, segment_len=32, lr=3e-3),  # 35.6 kB/s, 1.7855
+    6: dict(hidden=128, lanes=16, segment_len=64, lr=3e-3),  # 37.7 kB/s, 1.7867
     7: dict(hidden=192, lanes=16, segment_len=32, lr=2e-3),  # 20.6 kB/s, 1.7778
     8: dict(hidden=384, lanes=16, segment_len=32, lr=1e-3),  # 10.0 kB/s, 1.7724
     9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3, table_bits=NINE_TABLE_BITS),
