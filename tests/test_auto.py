@@ -8,7 +8,7 @@ from dyncompress.auto import AUTO_MIN, ONLINE, ONLINE_ABOVE, PROBE_BYTES, choose
 from dyncompress.batch import encode_plan
 from dyncompress.container import parse_header
 from dyncompress.measure import round_trip
-from dyncompress.settings import DEFAULT_MODEL
+from dyncompress.settings import DEFAULT_MODEL, Settings
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned
 TEXT = corpus("alice29.txt")[:AUTO_MIN]
@@ -49,6 +49,8 @@ def test_object_code_is_coded_online_by_default_and_decodes_exactly(model):
     assert comp.model is None and comp.probe > ONLINE_ABOVE
     assert header["model"] is None and header["settings"]["hidden"] == ONLINE["hidden"]
     assert header["settings"]["adapt"]["lr"] == ONLINE["lr"]
+    # its own segments (32), not online mode's -6 (64), which `--online` gets
+    assert header["settings"]["segment_len"] == ONLINE["segment_len"] != Settings().segment_len
     assert decompress(packed) == OBJ1
     # smaller than the model's start (measured: about 3 % on this file)
     assert len(packed) < len(compress(OBJ1, model=DEFAULT_MODEL, lanes=16))
