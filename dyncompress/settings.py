@@ -361,8 +361,11 @@ NINE_TABLE_BITS = 20
 # segments of 16 for 0.3 % more, and alice29 4 times as fast for 0.25 % more; 256 units, as before,
 # were slower than release 0.2.0's online mode (which had no statistics to run). `auto`'s online
 # start keeps segments of 32 (`auto.ONLINE`: smaller on Japanese and Chinese text).
+# -1 also runs the statistics as the fast level does (no APM, one mixer, one class, each context in
+# its own row: `FAST`): enwik6 57.3 -> 81.1 kB/s for 1.7996 -> 1.8352, alice29 20.0 kB/s 1.9302.
+LIGHT = dict(experts=",".join(name for name in EXPERTS if name != "apm"), mixers=1, classes=1, ways=1)
 LEVELS: dict[int, dict] = {
-    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3),  # 57.3 kB/s, 1.7996
+    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),  # 81.1 kB/s, 1.8352 (57.3, 1.7996 in full)
     2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),  # 38.9 kB/s, 1.7938
     3: dict(hidden=96, lanes=32, segment_len=64, lr=3e-3),  # 51.6 kB/s, 1.7979
     4: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),  # 39.3 kB/s, 1.7896
@@ -434,7 +437,7 @@ MIN_LANE_BYTES = 40 * 1024
 # slice 2.2148 -> 2.2051) and halves the speed (136 -> 64 and 145 -> 96 kB/s; BENCHMARKS.md).
 # The wrap table too (2026-12-05): alice29 -0.63 %, freud -0.68 %, 1 MB of Don Quijote -0.56 %, enwik6
 # -0.10 %, at a speed within this machine's noise (warm `compress`, two rounds alternated: 1 ... 7 %).
-FAST_EXPERTS = ",".join(name for name in EXPERTS if name != "apm")
+FAST_EXPERTS = LIGHT["experts"]
 # One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
 # of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
