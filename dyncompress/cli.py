@@ -388,14 +388,19 @@ MODEL_HELP = (
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
 @with_common
 @level_options
-@knob("--hidden", click.IntRange(1), f"mLSTM hidden units [-6: {D.hidden}].")
+@knob("--hidden", click.IntRange(1), f"mLSTM hidden units of online mode [-6: {D.hidden}; a model has its own].")
 @knob(
     "--lanes",
     click.IntRange(1),
     "Parallel streams per block, coded as one batch (more: faster, larger output) "
     f"[-6: {MODEL_LEVELS[DEFAULT_LEVEL]['lanes']}, online {D.lanes}; fewer for a small input or a frame].",
 )
-@knob("--segment-len", click.IntRange(1), f"Bytes per lane between two gradient steps [-6: {D.segment_len}].")
+@knob(
+    "--segment-len",
+    click.IntRange(1),
+    "Bytes per lane between two gradient steps "
+    f"[-6: {MODEL_LEVELS[DEFAULT_LEVEL]['segment_len']}, online {D.segment_len}].",
+)
 @knob(
     "--block-size",
     click.IntRange(1, MAX_BLOCK_SIZE),
