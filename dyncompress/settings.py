@@ -362,7 +362,8 @@ NINE_TABLE_BITS = 20
 # were slower than release 0.2.0's online mode (which had no statistics to run). `auto`'s online
 # start keeps segments of 32 (`auto.ONLINE`: smaller on Japanese and Chinese text).
 # -1 also runs the statistics as the fast level does (no APM, one mixer, one class, each context in
-# its own row: `FAST`): enwik6 57.3 -> 81.1 kB/s for 1.7996 -> 1.8352, alice29 20.0 kB/s 1.9302.
+# its own row: `FAST`, where each is measured): enwik6 57.3 -> 81.1 kB/s for 1.7996 -> 1.8352, alice29
+# 20.0 kB/s 1.9302. Its one mixer keeps mix_lr (at the fast level's 3/4 more: 1.8363, 1.9326).
 LIGHT = dict(experts=",".join(name for name in EXPERTS if name != "apm"), mixers=1, classes=1, ways=1)
 LEVELS: dict[int, dict] = {
     1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),  # 81.1 kB/s, 1.8352 (57.3, 1.7996 in full)
@@ -443,7 +444,7 @@ FAST_EXPERTS = LIGHT["experts"]
 # full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
 # Each hashed context in its own row (ways 1): four ways save it 0.5 % on enwik6 and 1.0 % on enwik8's
 # 3.5 MB head but cost 10 % of its speed (2 ways: 0.4 / 0.9 % for 4 ... 9 %; BENCHMARKS.md, 2026-12-05).
-FAST = dict(hidden=0, rule="static", lanes=64, experts=FAST_EXPERTS, mixers=1, mix_lr=0.000375, classes=1, ways=1)
+FAST = dict(LIGHT, hidden=0, rule="static", lanes=64, mix_lr=0.000375)  # (LIGHT: the four above)
 FAST_LANE_BYTES = 8 * 1024
 
 
