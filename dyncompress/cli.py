@@ -517,9 +517,6 @@ def encode(
     network's size instead. --fast codes without a network: the
     byte statistics and their mixer alone, about 6 times faster.
     """
-    with loading():
-        from .api import Compressor, resolve_model
-
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
     if online and model:
@@ -529,6 +526,10 @@ def encode(
         online = True  # no model
     elif not online and "hidden" in knobs and not model:
         raise click.UsageError("--hidden sets the network of online mode; add --online")
+    _compile_ahead(opts, ["fast" if fast else "online" if online else "model"])
+    with loading():
+        from .api import Compressor, resolve_model
+
     auto = not online and not model  # the shipped model, or online mode where it does not fit (`auto`)
     try:
         model = None if online else resolve_model(model or DEFAULT_MODEL)
@@ -638,6 +639,16 @@ def _encoded_name(path: str) -> str:
     return parse_source(path).stem + SUFFIX
 
 
+def _compile_ahead(opts: Options, kinds) -> None:
+    """The kernels for these ways of coding (`warm.KINDS`) compiled in a child process on the first
+    run after an install, before this process loads torch: its peak memory stays that of a run with
+    the kernels cached."""
+    from .warm import compile_ahead
+
+    for kind in kinds:
+        compile_ahead(kind, notice=opts.verbosity >= 1 and sys.stderr.isatty())
+
+
 def _decode_files(
     files,
     opts: Options,
@@ -649,6 +660,9 @@ def _decode_files(
     span=None,
     cluster=None,
 ) -> None:
+    from .warm import file_kind
+
+    _compile_ahead(opts, sorted({file_kind(p) for p in files if os.path.isfile(p)} - {None}))
     if model is not None:
         with loading():
             from .api import resolve_model

@@ -1,0 +1,145 @@
+"""The first run after an install compiles numba's kernels in a child process, not in the command.
+
+numba compiles the kernels (`mix_kernels`, `step_kernels`, `update_kernels`) on their first call
+and keeps them in its cache. Compiling costs memory that the process keeps afterwards: the first
+`dyncompress encode` of enwik6 peaked at 1,158 MB where every later one takes 923 MB (LLVM's
+modules stay alive with the functions they made, and the heap it freed is not given back). So
+`encode`, `decode` and `test` first look for a stamp that says this installation's kernels are
+compiled for the way they code (KINDS: the default model, online mode, the fast level; `decode`
+and `test` read it in the files' headers); where there is none they run this module
+as a child process, before they load torch or allocate a table. The child codes tiny inputs that
+way (`codec.fingerprint` with small tables) at the default thread count and at one thread: numba
+compiles every kernel that path calls and writes it to its cache, and the child's memory goes
+back when it exits. The command then loads the compiled kernels from the cache (BENCHMARKS.md:
+enwik6's first encode 1,161 -> 925 MB peak RSS; the child 830 MB). One child for all three ways
+kept 946 MB at its end, and took 58 s where the model's alone takes 40.
+
+The stamp is a hint, never a promise: it names the Python, numba, llvmlite and numpy versions,
+the kernels' source files (their size and modification time, which numba's own cache checks)
+and numba's CPU settings, and lives in numba's cache folder (`NUMBA_CACHE_DIR`, else the
+package's `__pycache__`, else the user's cache folder). Where the cache misses a kernel after
+all (another CPU, a setting the child did not run), the command compiles it itself, as it did
+before this module. A child that fails or is interrupted leaves no stamp; the command goes on
+(or stops on Ctrl-C, the child stopped with it). Nothing here touches what is coded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+KERNELS = ("mix_kernels", "step_kernels", "update_kernels")  # the modules numba caches (cache=True)
+KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child compiles
+SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
+NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def _folder() -> str | None:
+    """Where the stamp goes: numba's cache folder, as numba picks it (None: nowhere writable)."""
+    given = os.environ.get("NUMBA_CACHE_DIR")
+    here = os.path.dirname(os.path.abspath(__file__))
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for folder in [given] if given else [os.path.join(here, "__pycache__"), os.path.join(home, "dyncompress")]:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder
+    return None
+
+
+def stamp_path(kind: str) -> str | None:
+    """The stamp that says this installation's kernels for `kind` are compiled (None: no place for one)."""
+    folder = _folder()
+    if folder is None:
+        return None
+    from . import __version__
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
+    parts += [os.environ.get(name, "") for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
+    for name in KERNELS:
+        st = os.stat(os.path.join(here, name + ".py"))
+        parts += [name, st.st_size, st.st_mtime_ns]
+    key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
+    return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
+
+
+def compile_ahead(kind: str, notice: bool) -> bool:
+    """Compile the kernels for `kind` in a child process unless the stamp says they are (`notice`:
+    say so on stderr while it runs). True where the child ran and succeeded. Ctrl-C stops the
+    child too."""
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        return False
+    try:
+        stamp = stamp_path(kind)
+    except OSError:
+        return False
+    if stamp is None or os.path.exists(stamp):
+        return False
+    if notice:
+        print(NOTICE, file=sys.stderr, flush=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", __name__, kind],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        ok = child.wait() == 0
+    finally:
+        if child.poll() is None:  # interrupted: the child goes too
+            child.kill()
+            child.wait()
+    if ok:
+        try:
+            with open(stamp, "x"):
+                pass
+        except OSError:  # another command wrote it first, or the folder went away: only a hint
+            pass
+    return ok
+
+
+def file_kind(path: str) -> str | None:
+    """The way a .dc file was coded (one of KINDS), from its header; None where that cannot be read
+    (the decode that follows says why)."""
+    from .container import _HEAD, MAX_META, parse_header
+    from .errors import DyncompressError
+
+    try:
+        with open(path, "rb") as f:
+            meta, _ = parse_header(f.read(_HEAD.size + MAX_META + 4))
+        if meta["settings"]["hidden"] == 0:
+            return "fast"
+        return "model" if meta["model"] else "online"
+    except (OSError, ValueError, KeyError, TypeError, DyncompressError):
+        return None
+
+
+def compile_kernels(kind: str) -> None:
+    """Call every compiled kernel that one way of coding (KINDS) calls: tiny runs of the real code path."""
+    from .codec import fingerprint
+    from .model import find
+    from .settings import DEFAULT_MODEL, default_threads, make_settings
+
+    model = find(DEFAULT_MODEL) if kind == "model" else None
+    knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})
+    for threads in sorted({1, default_threads()}, reverse=True):
+        fingerprint(make_settings(threads=threads, **knobs, **SMALL_TABLES), model)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in KINDS:
+        sys.exit(f"usage: python -m {__spec__.name} {{{','.join(KINDS)}}}")
+    compile_kernels(sys.argv[1])

@@ -1,0 +1,100 @@
+"""The first run after an install compiles the kernels in a child process (`warm`), real processes
+with a numba cache of their own (an empty folder: as after an install)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import corpus, run_cli
+from dyncompress import warm
+
+
+def _stamps(cache) -> list[str]:
+    return sorted(p.name for p in cache.glob("dyncompress-kernels-*.compiled"))
+
+
+def _cached_kernels(cache) -> list[str]:
+    return sorted(p.name for p in cache.rglob("*.nbi"))
+
+
+def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tmp_path):
+    cache = tmp_path / "numba"
+    env = {"NUMBA_CACHE_DIR": str(cache)}
+    src = tmp_path / "xargs.1"
+    src.write_bytes(corpus("xargs.1"))
+    r = run_cli("encode", "--fast", src, env=env)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    # the child compiled the fast level's kernels into numba's cache and left the stamp
+    assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
+    compiled = _cached_kernels(cache)
+    assert any(name.startswith("mix_kernels.mix_step") for name in compiled), compiled
+    (tmp_path / "xargs.1").rename(tmp_path / "original")
+    # the decode reads the way the file was coded in its header: the fast level's, compiled
+    r = run_cli("decode", tmp_path / "xargs.1.dc", env=env)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert (tmp_path / "xargs.1").read_bytes() == corpus("xargs.1")
+    assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
+    assert _cached_kernels(cache) == compiled  # nothing left to compile
+
+
+def test_a_child_that_fails_leaves_no_stamp(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert warm.compile_ahead("no-such-kind", notice=False) is False  # (the child exits 1: usage)
+    assert _stamps(tmp_path) == []
+
+
+def test_the_stamp_names_the_kind_and_the_cpu_numba_compiles_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    fast, model = warm.stamp_path("fast"), warm.stamp_path("model")
+    assert os.path.dirname(fast) == str(tmp_path) and fast != model
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    assert warm.stamp_path("fast") != fast
+
+
+def test_the_kind_of_a_file_is_read_from_its_header(tmp_path, model):
+    from dyncompress import compress
+
+    data = corpus("xargs.1")[:3000]
+    for name, knobs, kind in [
+        ("fast", dict(model=None, hidden=0), "fast"),
+        ("online", dict(model=None, hidden=32, lanes=2), "online"),
+        ("model", dict(model=model, lanes=2), "model"),
+    ]:
+        (tmp_path / name).write_bytes(compress(data, **knobs))
+        assert warm.file_kind(str(tmp_path / name)) == kind
+    (tmp_path / "text").write_bytes(data)
+    assert warm.file_kind(str(tmp_path / "text")) is None  # not a .dc file: the decode says so
+    assert warm.file_kind(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"), reason="Linux /proc")
+def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path):
+    src = tmp_path / "xargs.1"
+    src.write_bytes(corpus("xargs.1"))
+    cache = tmp_path / "numba"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dyncompress", "encode", "--fast", str(src)],
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, NUMBA_CACHE_DIR=str(cache)),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline, child = time.time() + 60, None
+    while child is None:
+        assert time.time() < deadline and proc.poll() is None
+        for kid in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split():
+            if b"dyncompress.warm" in open(f"/proc/{kid}/cmdline", "rb").read():
+                child = int(kid)
+        time.sleep(0.05)
+    time.sleep(1)  # the child at work
+    proc.send_signal(signal.SIGINT)  # to the command only: it stops its child
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert err.decode().strip().splitlines()[-1] == "dyncompress: interrupted" and b"Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["numba", "xargs.1"]
+    assert _stamps(cache) == []
+    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
