@@ -1,26 +1,26 @@
 """The first run after an install compiles numba's kernels in a child process, not in the command.
 
 numba compiles the kernels (`mix_kernels`, `step_kernels`, `update_kernels`) on their first call
-and keeps them in its cache. Compiling costs memory that the process keeps afterwards: the first
-`dyncompress encode` of enwik6 peaked at 1,158 MB where every later one takes 923 MB (LLVM's
-modules stay alive with the functions they made, and the heap it freed is not given back). So
-`encode`, `decode` and `test` first look for a stamp that says this installation's kernels are
-compiled for the way they code (KINDS: the default model, online mode, the fast level; `decode`
-and `test` read it in the files' headers); where there is none they run this module
-as a child process, before they load torch or allocate a table. The child codes tiny inputs that
-way (`codec.fingerprint` with small tables) at the default thread count and at one thread: numba
-compiles every kernel that path calls and writes it to its cache, and the child's memory goes
-back when it exits. The command then loads the compiled kernels from the cache (BENCHMARKS.md:
-enwik6's first encode 1,161 -> 925 MB peak RSS; the child 830 MB). One child for all three ways
-kept 946 MB at its end, and took 58 s where the model's alone takes 40.
+and keeps them in its cache. Compiling costs memory that the process keeps afterwards (LLVM's
+modules stay alive with the functions they made, and the heap it freed is not given back): the
+first `dyncompress encode` of enwik6 peaked at 1,161 MB, every later one at 925 MB. So `encode`,
+`decode` and `test` first look for a stamp that says this installation's kernels are compiled for
+the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
+it in the files' headers). Where there is none they run this module as a child process, before
+they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
+small tables, in as many lanes as a large input has, at the default thread count), numba compiles
+every kernel that path calls and writes it to its cache, and the child's memory goes back when it
+exits. The command then loads the kernels from the cache (BENCHMARKS.md: enwik6's first encode
+925 MB; one child for all three ways kept 946 MB at its end, one a way at most 830 MB).
 
 The stamp is a hint, never a promise: it names the Python, numba, llvmlite and numpy versions,
 the kernels' source files (their size and modification time, which numba's own cache checks)
 and numba's CPU settings, and lives in numba's cache folder (`NUMBA_CACHE_DIR`, else the
-package's `__pycache__`, else the user's cache folder). Where the cache misses a kernel after
-all (another CPU, a setting the child did not run), the command compiles it itself, as it did
-before this module. A child that fails or is interrupted leaves no stamp; the command goes on
-(or stops on Ctrl-C, the child stopped with it). Nothing here touches what is coded.
+package's `__pycache__`, else the user's cache folder). Where the cache misses a kernel after all
+(another CPU; a path the child did not run, such as one lane: a small input, small tables), the
+command compiles it itself, as it did before this module. A child that fails or is interrupted
+leaves no stamp; the command goes on (or stops on Ctrl-C, the child stopped with it). Nothing here
+touches what is coded.
 """
 
 from __future__ import annotations
@@ -135,8 +135,7 @@ def compile_kernels(kind: str) -> None:
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
     knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})
-    for threads in sorted({1, default_threads()}, reverse=True):
-        fingerprint(make_settings(threads=threads, **knobs, **SMALL_TABLES), model)
+    fingerprint(make_settings(threads=default_threads(), **knobs, **SMALL_TABLES), model)
 
 
 if __name__ == "__main__":

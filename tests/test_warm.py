@@ -26,7 +26,7 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     env = {"NUMBA_CACHE_DIR": str(cache)}
     src = tmp_path / "xargs.1"
     src.write_bytes(corpus("xargs.1"))
-    r = run_cli("encode", "--fast", src, env=env)
+    r = run_cli("encode", "--fast", "--lanes", "64", src, env=env)  # (as many lanes as the child's)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     # the child compiled the fast level's kernels into numba's cache and left the stamp
     assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
