@@ -18,15 +18,16 @@ the kernels' source files (their size and modification time, which numba's own c
 and numba's CPU settings, and lives in numba's cache folder (`NUMBA_CACHE_DIR`, else the
 package's `__pycache__`, else the user's cache folder). Where the cache misses a kernel after all
 (another CPU; a path the child did not run, such as one lane: a small input, small tables), the
-command compiles it itself, as it did before this module. A child that fails or is interrupted
-leaves no stamp; the command goes on (or stops on Ctrl-C, the child stopped with it). Nothing here
-touches what is coded.
+command compiles it itself, as it did before this module; so it does after a child that failed,
+whose stamp stays all the same (`compile_ahead`). Ctrl-C stops the child too and leaves no stamp.
+Nothing here touches what is coded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from importlib import metadata
@@ -76,39 +77,45 @@ def stamp_path(kind: str) -> str | None:
     return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
 
 
-def compile_ahead(kind: str, notice: bool) -> bool:
-    """Compile the kernels for `kind` in a child process unless the stamp says they are (`notice`:
-    say so on stderr while it runs). True where the child ran and succeeded. Ctrl-C stops the
-    child too."""
-    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
-        return False
+def compile_ahead(kind: str, notice: bool) -> str:
+    """Compile the kernels for `kind` in a child process unless the stamp says it was done (`notice`:
+    say so on stderr while it runs): "compiled", "failed" (the command compiles what it needs, as
+    without this module) or "skipped". Ctrl-C stops the child too, and leaves no stamp; a child that
+    failed otherwise leaves one all the same, so that a failure that would repeat (a machine short
+    of memory, a missing default model) does not cost every later command a child's start."""
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or not sys.executable:
+        return "skipped"
     try:
         stamp = stamp_path(kind)
     except OSError:
-        return False
+        return "skipped"
     if stamp is None or os.path.exists(stamp):
-        return False
+        return "skipped"
     if notice:
         print(NOTICE, file=sys.stderr, flush=True)
-    child = subprocess.Popen(
-        [sys.executable, "-m", __name__, kind],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        ok = child.wait() == 0
+        child = subprocess.Popen(
+            [sys.executable, "-m", __name__, kind],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError:
+        return "failed"
+    try:
+        code = child.wait()
     finally:
         if child.poll() is None:  # interrupted: the child goes too
             child.kill()
             child.wait()
-    if ok:
-        try:
-            with open(stamp, "x"):
-                pass
-        except OSError:  # another command wrote it first, or the folder went away: only a hint
+    if code in (-signal.SIGINT, 130):  # a Ctrl-C that reached the child first (a terminal's goes to both)
+        raise KeyboardInterrupt
+    try:
+        with open(stamp, "x"):
             pass
-    return ok
+    except OSError:  # another command wrote it first, or the folder went away: only a hint
+        pass
+    return "compiled" if code == 0 else "failed"
 
 
 def file_kind(path: str) -> str | None:

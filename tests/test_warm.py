@@ -41,10 +41,12 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     assert _cached_kernels(cache) == compiled  # nothing left to compile
 
 
-def test_a_child_that_fails_leaves_no_stamp(tmp_path, monkeypatch):
+def test_a_child_that_fails_is_not_started_again(tmp_path, monkeypatch):
+    """A failure that would repeat (here: the child's usage error) costs one child, not one a command."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    assert warm.compile_ahead("no-such-kind", notice=False) is False  # (the child exits 1: usage)
-    assert _stamps(tmp_path) == []
+    assert warm.compile_ahead("no-such-kind", notice=False) == "failed"
+    assert [s.endswith("-no-such-kind.compiled") for s in _stamps(tmp_path)] == [True]
+    assert warm.compile_ahead("no-such-kind", notice=False) == "skipped"
 
 
 def test_the_stamp_names_the_kind_and_the_cpu_numba_compiles_for(tmp_path, monkeypatch):
@@ -73,7 +75,9 @@ def test_the_kind_of_a_file_is_read_from_its_header(tmp_path, model):
 
 
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"), reason="Linux /proc")
-def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("to", ["the command", "the process group"])
+def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path, to):
+    """Sent to the command alone (it stops the child), or to both, as a terminal sends it."""
     src = tmp_path / "xargs.1"
     src.write_bytes(corpus("xargs.1"))
     cache = tmp_path / "numba"
@@ -81,7 +85,7 @@ def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path)
         [sys.executable, "-m", "dyncompress", "encode", "--fast", str(src)],
         stderr=subprocess.PIPE,
         env=dict(os.environ, NUMBA_CACHE_DIR=str(cache)),
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: (os.setpgrp(), signal.signal(signal.SIGINT, signal.SIG_DFL)),
     )
     deadline, child = time.time() + 60, None
     while child is None:
@@ -91,7 +95,10 @@ def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path)
                 child = int(kid)
         time.sleep(0.05)
     time.sleep(1)  # the child at work
-    proc.send_signal(signal.SIGINT)  # to the command only: it stops its child
+    if to == "the command":
+        proc.send_signal(signal.SIGINT)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode in (130, -signal.SIGINT), err
     assert err.decode().strip().splitlines()[-1] == "dyncompress: interrupted" and b"Traceback" not in err, err
