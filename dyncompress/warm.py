@@ -35,6 +35,10 @@ from importlib import metadata
 KERNELS = ("mix_kernels", "step_kernels", "update_kernels")  # the modules numba caches (cache=True)
 KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child compiles
 SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
+# The child imports this very package, the one whose cache the stamp speaks for: not another copy
+# that its working directory would put first on sys.path (a source tree beside an installed copy)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = "import sys; sys.path.insert(0, {root!r}); from dyncompress.warm import main; main({kind!r})"
 NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
 
 
@@ -95,7 +99,7 @@ def compile_ahead(kind: str, notice: bool) -> str:
         print(NOTICE, file=sys.stderr, flush=True)
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", __name__, kind],
+            [sys.executable, "-c", CHILD.format(root=_ROOT, kind=kind)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -145,7 +149,11 @@ def compile_kernels(kind: str) -> None:
     fingerprint(make_settings(threads=default_threads(), **knobs, **SMALL_TABLES), model)
 
 
+def main(kind: str) -> None:
+    if kind not in KINDS:
+        sys.exit(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
+    compile_kernels(kind)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in KINDS:
-        sys.exit(f"usage: python -m {__spec__.name} {{{','.join(KINDS)}}}")
-    compile_kernels(sys.argv[1])
+    main(sys.argv[1] if len(sys.argv) == 2 else "")

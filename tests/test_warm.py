@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,13 +22,28 @@ def _cached_kernels(cache) -> list[str]:
     return sorted(p.name for p in cache.rglob("*.nbi"))
 
 
+ROOT = Path(warm.__file__).resolve().parent.parent
+
+
+def _command(*args, cwd, env) -> subprocess.CompletedProcess:
+    """`dyncompress ARGS` as the console script runs it: this package, whatever the working directory holds."""
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); sys.argv = ['dyncompress'] + {list(map(str, args))!r}; "
+    code += "from dyncompress._entry import run; run()"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=dict(os.environ, **env), capture_output=True)
+
+
 def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tmp_path):
     cache = tmp_path / "numba"
     env = {"NUMBA_CACHE_DIR": str(cache)}
     src = tmp_path / "xargs.1"
     src.write_bytes(corpus("xargs.1"))
-    r = run_cli("encode", "--fast", "--lanes", "64", src, env=env)  # (as many lanes as the child's)
+    # a source tree in the working directory, as beside an installed copy: the child must not import it
+    (tmp_path / "dyncompress").mkdir()
+    (tmp_path / "dyncompress" / "__init__.py").write_text("")
+    (tmp_path / "dyncompress" / "warm.py").write_text("open('DECOY', 'w')\ndef main(kind): pass\n")
+    r = _command("encode", "--fast", "--lanes", "64", src, cwd=tmp_path, env=env)  # (the child's lanes)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert not (tmp_path / "DECOY").exists()
     # the child compiled the fast level's kernels into numba's cache and left the stamp
     assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
     compiled = _cached_kernels(cache)
