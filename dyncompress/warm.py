@@ -130,7 +130,9 @@ def file_kind(path: str) -> str | None:
 
     try:
         with open(path, "rb") as f:
-            meta, _ = parse_header(f.read(_HEAD.size + MAX_META + 4))
+            head = f.read(1 << 16)  # a header is about 500 bytes: the rest only where it is longer
+            got = parse_header(head) or parse_header(head + f.read(_HEAD.size + MAX_META + 4 - len(head)))
+        meta, _ = got
         if meta["settings"]["hidden"] == 0:
             return "fast"
         return "model" if meta["model"] else "online"
