@@ -9,11 +9,11 @@ word and the last three) are then averaged over the sources, for the fast mixer 
 integers (rounded half up), so the file comes out the same on every machine. A prior with settled
 rates (text3, online1) also starts every row at the mean of the steps it took in the three codings (floored),
 at most `settled` steps. Prints the SHA-256 to record in `mix.PRIOR_SHA256` (every shipped prior
-comes out with its recorded hash, 2026-12-04). The priors made here are for the experts before the
-wrap table (`settings.MIX_PRIORS`); text4 and online2 are text3 and online1 widened for it
-(`mix.widen_prior`), not made here.
+comes out with its recorded hash, 2026-12-04). text1 ... text3 and online1 were made for the experts
+before the wrap table (`settings.MIX_PRIORS`); text4 and online2 are text3 and online1 widened for it
+(`mix.widen_prior`), not made here; text5 holds every expert's and every weight set's rows.
 
-    python bench/mixer_prior.py [--prior text3] [-o dyncompress/prior_text3.npz]
+    python bench/mixer_prior.py [--prior text5] [-o dyncompress/prior_text5.npz]
     python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
     python bench/mixer_prior.py --compare none,online1     # online mode's (none: hand-set) on ONLINE_PANEL
 
@@ -80,6 +80,18 @@ PRIORS["online1"] = (
     ),
 )
 SETTLED["online1"] = 128
+# text5: every expert and every weight set (the kinds and state sets' rows too) at the default of
+# 2026-12-05 (one class: a prior holds one weight an input), from text2's sources and 300 kB of each
+# of the model's training texts in other languages
+PRIORS["text5"] = (
+    dict(mix_lr=0.0003, mix_floor=0.00015, kinds=7, state_set=True),
+    PRIORS["text2"][1]
+    + tuple(
+        (f"multilingual/dcc_large/{path}", 0, 300_000, 7)
+        for path in ("por/escrich.txt", "ita/history1.txt", "deu/freytag.txt", "fra/feval.txt", "rus/rachinskii.txt")
+    ),
+)
+SETTLED["text5"] = 128
 
 
 # texts none of the priors was made from, for --compare: their first 150 kB each
@@ -144,7 +156,7 @@ def learned_rows(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prior", choices=sorted(PRIORS), default="text3")
+    ap.add_argument("--prior", choices=sorted(PRIORS), default="text5")
     ap.add_argument("-o", "--output", type=Path, help="[dyncompress/prior_PRIOR.npz]")
     ap.add_argument("--compare", metavar="A,B,...", help="measure these shipped priors on PANEL instead")
     args = ap.parse_args()

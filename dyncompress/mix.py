@@ -138,7 +138,11 @@ learned down to: its mean step count in those codings, at most 128 (eight texts 
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
 of that). text4 and online2 (the defaults since 2026-12-05) are text3 and online1 widened for the
 wrap table (`widen_prior`, `WIDENED`): the same rows with one more input, which starts as the
-column table's. A pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
+column table's. text5 (the default since 2026-12-05, afternoon) holds every set's rows, the kinds and
+state sets' too (which start at zero with the earlier priors), learned at that day's default from
+text2's sources and 300 kB of each of the model's training texts in Portuguese, Italian, German,
+French and Russian: whole European texts 0.1 ... 0.5 % smaller (`settings.DEFAULT_PRIOR`). A
+pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
 0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
 mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
 other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % larger). The fast level
@@ -161,7 +165,7 @@ import numpy as np
 
 from . import mix_kernels as kernels
 from .exact import ExactnessError, checked_tables
-from .settings import MixSettings
+from .settings import PRIOR_SETS, MixSettings
 
 ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # word contexts: the current word with the one before it, the current word alone (the rest of a word
@@ -210,6 +214,7 @@ PRIOR_SHA256 = {
     "online1": "28a918fd0495b925b167631dcffd947eae1cb3be5f2b322d9377dae29e7e445e",
     "text4": "4e87dca0f44552c8eb3fa976bf9da97ba2130ae425cc4a413c0d5223cec6b6fb",
     "online2": "ae323794715df850680df306388d222e338c1765d34082af18d98ec7c2e9952a",
+    "text5": "3cb588525bea82ea24775cbf15814416de1c265a979845905abffc172212045c",
 }
 # Priors made from another by `widen_prior` for one more count table (the wrap context, 2026-12-05):
 # name -> the prior widened. No file of their own: their hash above is of the widened arrays.
@@ -487,7 +492,8 @@ class Experts:
         self.w0_slow = self.w0  # (only read: reset copies them)
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            zero_rows = sum(sizes[3 + len(HASHED_SETS) :])  # (the kinds and state sets' rows: not in the priors)
+            # (the kinds and state sets' rows: not in the priors before text5, `settings.PRIOR_SETS`)
+            zero_rows = 0 if s.prior in PRIOR_SETS else sum(sizes[3 + len(HASHED_SETS) :])
             self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, (self.n_sets, self.n_in), zero_rows)
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)

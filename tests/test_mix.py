@@ -43,7 +43,9 @@ from dyncompress.settings import (
     DEFAULT_PRIOR,
     EXPERTS,
     FAST_EXPERTS,
+    NARROWER,
     ONLINE_PRIOR,
+    PRIOR_SETS,
     AdaptSettings,
     MixSettings,
     Settings,
@@ -807,15 +809,25 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     assert make_settings(model=None, device="cpu").mix.mixers == 2
     assert make_settings(model=model, device="cpu", experts="orders,match").mix.prior == ""
     experts = Experts(s.mix, 4)
-    # the prior holds the rows of the six sets before the kinds set; its rows and the state set's
-    # after it start at zero
+    # the default prior holds the rows of every weight set, the kinds and state sets' too
     kinds_rows, state_rows = 1 << KINDS_SET[2], MATCH_STATES * (experts.K + 1) * N_KINDS
     assert s.mix.kinds > 0 and s.mix.state_set and experts.n_sets - experts.set_base[-1] == state_rows
     zero_rows = kinds_rows + state_rows
     assert experts.set_base[-2] == experts.n_sets - zero_rows
-    W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets - zero_rows, experts.n_in))
-    zeros = [np.zeros((zero_rows, *a.shape[1:]), a.dtype) for a in (W, W_slow, updates)]
-    W, W_slow, updates = (np.concatenate([a, z]) for a, z in zip((W, W_slow, updates), zeros, strict=True))
+    W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
+    assert PRIOR_SETS[DEFAULT_PRIOR] == (s.mix.kinds, s.mix.state_set)
+    assert W[-zero_rows:].any() and updates[-zero_rows:].any()
+    # the prior before it (text4) holds the six sets before the kinds set; the rows after start at zero
+    # (a coding with other sets than the default prior's starts from it)
+    narrower = NARROWER[DEFAULT_PRIOR]
+    assert make_settings(model=model, device="cpu", kinds=0).mix.prior == narrower
+    assert make_settings(model=model, device="cpu", state_set=False).mix.prior == narrower
+    with pytest.raises(ValueError, match="was made for kinds, state_set"):
+        replace(s.mix, kinds=0)
+    four = Experts(replace(s.mix, prior=narrower), 4)
+    W4, _, updates4 = load_prior(narrower, (experts.n_sets - zero_rows, experts.n_in))
+    assert np.array_equal(four.W[:, ::7], np.concatenate([W4, np.zeros((zero_rows, W4.shape[1]), W4.dtype)]))
+    assert np.array_equal(four.updates, np.concatenate([updates4, np.zeros(zero_rows, updates4.dtype)]))
     # every byte class of an input starts from the prior's weight for it (column i * 7 + c)
     assert s.mix.classes == 7 and experts.W.shape == (W.shape[0], 7 * W.shape[1])
     assert np.array_equal(experts.W[:, ::7], W) and np.array_equal(experts.W_slow[:, 6::7], W_slow)
@@ -823,8 +835,9 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     s = replace(s, mix=replace(s.mix, classes=1))
     experts = Experts(s.mix, 4)
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
-    without = Experts(replace(s.mix, kinds=0, state_set=False), 4)  # (as files made before the kinds set)
-    assert np.array_equal(without.W, W[:-zero_rows]) and np.array_equal(without.updates, updates[:-zero_rows])
+    # (as files made before the kinds set: the rows of the six sets before it)
+    without = Experts(replace(s.mix, kinds=0, state_set=False, prior=narrower), 4)
+    assert np.array_equal(without.W, W4) and np.array_equal(without.updates, updates4)
     # the rows start at the rates they had learned down to: step counts of 0 ... 128
     assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
     hand_set = Experts(replace(s.mix, prior=""), 4)
@@ -891,13 +904,17 @@ def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypa
         decompress(future)
     # a damaged prior file (or a widened prior that does not come out as recorded) stops the coding
     # before any byte
-    base = WIDENED[DEFAULT_PRIOR]
-    for name, label in ((base, f"prior_{base}.npz"), (DEFAULT_PRIOR, DEFAULT_PRIOR)):
+    narrower = NARROWER[DEFAULT_PRIOR]  # (text4: text3 widened)
+    fourth = compress(data, model=model, device="cpu", threads=1, prior=narrower)
+    assert parse_header(fourth)[0]["settings"]["mix"]["prior"] == narrower and decompress(fourth) == data
+    base = WIDENED[narrower]
+    cases = [(packed, DEFAULT_PRIOR, f"prior_{DEFAULT_PRIOR}.npz"), (fourth, base, f"prior_{base}.npz")]
+    for stream, name, label in cases + [(fourth, narrower, narrower)]:
         load_prior.cache_clear()
         monkeypatch.setitem(PRIOR_SHA256, name, "0" * 64)
         try:
             with pytest.raises(DyncompressError, match=rf"mixer prior {label}( \(widened from \w+\))? hashes to"):
-                decompress(packed)
+                decompress(stream)
         finally:
             monkeypatch.undo()
             load_prior.cache_clear()
