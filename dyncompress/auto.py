@@ -34,6 +34,14 @@ ONLINE_ABOVE = 6.25  # bits per byte of the probe
 # before, 64 at online mode's -6): whole mushanokoji2 1.6074 -> 1.6039 bits per byte in 57 % of the
 # time, digong 2.1434 -> 2.1420 (of 64: 1.6048, 2.1433).
 ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
+# Text the model starts in another language than English (more than FOREIGN_SHARE of its first bytes
+# >= 128: in the first 4 kB of every English, Wikipedia and program text of the shared corpora at most
+# 0.001, of every Portuguese, Spanish, Italian, French and German text 0.004 ... 0.05, Russian
+# 0.58 ... 0.86) starts its mixer from FOREIGN_PRIOR, learned on those languages as well as English:
+# whole European texts 0.1 ... 0.5 % smaller than from the default's prior (text5, English and Spanish
+# only), which codes English 0.2 % smaller (enwik6 1.6409 against 1.6443; BENCHMARKS.md, 2026-12-05)
+FOREIGN_SHARE = 0.002
+FOREIGN_PRIOR = "text6"
 AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)
 # knobs that tune the model's adaptation: given any of them, the model is what was asked for
 MODEL_KNOBS = frozenset(
@@ -72,4 +80,14 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     if not considered(size, knobs) or not sample:
         return model, {}, None
     bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
-    return (None, ONLINE, bits) if bits > ONLINE_ABOVE else (model, {}, bits)
+    return (None, ONLINE, bits) if bits > ONLINE_ABOVE else (model, model_prior(sample, knobs), bits)
+
+
+def model_prior(sample: bytes, knobs: dict) -> dict:
+    """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR where more than
+    FOREIGN_SHARE of the sample's first PROBE_BYTES are bytes >= 128 (accented letters, Cyrillic),
+    else the default's; none chosen where the knobs choose the prior or the weight sets it fits."""
+    if {"prior", "experts", "kinds", "state_set"} & set(knobs):
+        return {}
+    head = sample[:PROBE_BYTES]
+    return {"prior": FOREIGN_PRIOR} if sum(b >= 128 for b in head) > FOREIGN_SHARE * len(head) else {}

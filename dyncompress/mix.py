@@ -138,10 +138,12 @@ learned down to: its mean step count in those codings, at most 128 (eight texts 
 news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
 of that). text4 and online2 (the defaults since 2026-12-05) are text3 and online1 widened for the
 wrap table (`widen_prior`, `WIDENED`): the same rows with one more input, which starts as the
-column table's. text5 (the default since 2026-12-05, afternoon) holds every set's rows, the kinds and
-state sets' too (which start at zero with the earlier priors), learned at that day's default from
-text2's sources and 300 kB of each of the model's training texts in Portuguese, Italian, German,
-French and Russian: whole European texts 0.1 ... 0.5 % smaller (`settings.DEFAULT_PRIOR`). A
+column table's. text5 (the default since 2026-12-05, afternoon) and text6 hold every set's rows, the
+kinds and state sets' too (which start at zero with the earlier priors), learned at that day's
+default, each row the mean over the codings that chose it: text5 from text2's sources, text6 from
+those and 300 kB of each of the model's training texts in Portuguese, Italian, German, French and
+Russian, for text in those languages (`auto.FOREIGN_PRIOR`; whole European texts 0.1 ... 0.5 %
+smaller, English 0.2 % larger than from text5). A
 pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
 0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
 mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
@@ -214,7 +216,8 @@ PRIOR_SHA256 = {
     "online1": "28a918fd0495b925b167631dcffd947eae1cb3be5f2b322d9377dae29e7e445e",
     "text4": "4e87dca0f44552c8eb3fa976bf9da97ba2130ae425cc4a413c0d5223cec6b6fb",
     "online2": "ae323794715df850680df306388d222e338c1765d34082af18d98ec7c2e9952a",
-    "text5": "3cb588525bea82ea24775cbf15814416de1c265a979845905abffc172212045c",
+    "text5": "6489c237e30e62a55c40db556a643c4708f1fa2154374742bcb7437cf849bb29",
+    "text6": "5d6f7a725d970276b6fa1fea637b5f2f6452482d6c74a144f5f39f8338a02f90",
 }
 # Priors made from another by `widen_prior` for one more count table (the wrap context, 2026-12-05):
 # name -> the prior widened. No file of their own: their hash above is of the widened arrays.

@@ -124,24 +124,26 @@ MIX_PRIORS = {
     "text4": ALL_EXPERTS,
     "online2": ALL_EXPERTS,
     "text5": ALL_EXPERTS,
+    "text6": ALL_EXPERTS,
 }
 # Priors that hold the rows of the kinds and state sets too (made with them), by name: the sets they
 # were made with, (kinds, state_set); a coding with other sets starts from NARROWER[name] instead. The
 # priors before them hold the six sets before the kinds set, and the rows after start at zero.
-PRIOR_SETS = {"text5": (7, True)}
-NARROWER = {"text5": "text4"}
+PRIOR_SETS = {"text5": (7, True), "text6": (7, True)}
+NARROWER = {"text5": "text4", "text6": "text4"}
 # text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
 # the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
 # head -0.04 %, its two halves coded alone -0.09 %. text3 (2026-12-04): text2's rows, each starting
 # at the rate it had learned down to (its step count, at most 128; `bench/mixer_prior.py`): eight
 # texts of 150 kB 0.09 ... 1.2 % smaller, enwik8's 3.5 MB head 0.08 %. text1 and text2 stay for the
 # files that name them. text4 and online2 (2026-12-05): text3's and online1's rows widened for the
-# wrap table (`mix.widen_prior`: its weights start as the column table's). text5 (2026-12-05,
-# afternoon): made at today's default, every expert and every weight set (the kinds and state sets
-# had started at zero), from text3's three sources and 300 kB of each of the model's training texts in
-# Portuguese, Italian, German, French and Russian (`bench/mixer_prior.py`): whole garrett 0.48 %
-# smaller (10.3 % under PPMd, 9.8 before), panzini, feydeau, freud, schefer, branco, derzhavin
-# 0.3 ... 0.5 %, transfusion 0.1 %, alice29 0.04 % (BENCHMARKS.md).
+# wrap table (`mix.widen_prior`: its weights start as the column table's). text5 and text6
+# (2026-12-05, afternoon): made at that day's default with every expert and every weight set (the
+# kinds and state sets had started at zero), each row the mean over the codings that chose it
+# (`bench/mixer_prior.py`); text5 from text2's sources (enwik6 -0.03 %, alice29 -0.14 %, garrett
+# -0.16 %), text6 from those and 300 kB of each of the model's training texts in Portuguese,
+# Italian, German, French and Russian, which `auto` chooses for text in other languages than
+# English (`auto.FOREIGN_PRIOR`: garrett 0.5 % smaller, 10.3 % under PPMd; BENCHMARKS.md).
 DEFAULT_PRIOR = "text5"
 # Online mode's (2026-12-04): learned in online mode (a random network) on 200 kB each of Chinese,
 # Japanese and German, with text3's settled rates; 100 kB of other Chinese and Japanese texts

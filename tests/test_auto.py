@@ -4,11 +4,19 @@ import pytest
 
 from conftest import CORPORA, corpus, run_cli
 from dyncompress.api import Compressor, compress, decompress
-from dyncompress.auto import AUTO_MIN, ONLINE, ONLINE_ABOVE, PROBE_BYTES, choose_start, probe_bits
+from dyncompress.auto import (
+    AUTO_MIN,
+    FOREIGN_PRIOR,
+    ONLINE,
+    ONLINE_ABOVE,
+    PROBE_BYTES,
+    choose_start,
+    probe_bits,
+)
 from dyncompress.batch import encode_plan
 from dyncompress.container import parse_header
 from dyncompress.measure import round_trip
-from dyncompress.settings import DEFAULT_MODEL, Settings
+from dyncompress.settings import DEFAULT_MODEL, DEFAULT_PRIOR, Settings
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned
 TEXT = corpus("alice29.txt")[:AUTO_MIN]
@@ -25,6 +33,21 @@ def test_the_probe_keeps_the_model_for_text_and_chooses_online_for_object_code(m
     assert start is None and online == ONLINE and bits > ONLINE_ABOVE
     # the probe reads the first PROBE_BYTES only, and a sample's bits are its own, not a constant
     assert probe_bits(model, TEXT) == probe_bits(model, TEXT[:PROBE_BYTES]) != probe_bits(model, TEXT[5000:])
+
+
+def test_text_in_another_language_starts_its_mixer_from_the_foreign_prior(model):
+    spanish = corpus("quijote_8k.txt")
+    assert sum(b >= 128 for b in spanish[:PROBE_BYTES]) > 0.01 * PROBE_BYTES  # (accented letters)
+    start, chosen, bits = choose_start(model, spanish, 100_000, {})
+    assert start is model and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
+    assert choose_start(model, TEXT, len(TEXT), {})[1] == {}  # English (no byte >= 128): the default's
+    for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose it
+        assert choose_start(model, spanish, 100_000, knobs)[1] == {}
+    data = spanish * 3  # (AUTO_MIN or more: probed)
+    packed, english = compress(data, threads=1), compress(TEXT, threads=1)
+    assert header_of(packed)["settings"]["mix"]["prior"] == FOREIGN_PRIOR != DEFAULT_PRIOR
+    assert header_of(english)["settings"]["mix"]["prior"] == DEFAULT_PRIOR
+    assert decompress(packed) == data and decompress(english) == TEXT
 
 
 @pytest.mark.parametrize(
