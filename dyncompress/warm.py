@@ -20,7 +20,8 @@ package's `__pycache__`, else the user's cache folder). Where the cache misses a
 (another CPU; a path the child did not run, such as one lane: a small input, small tables), the
 command compiles it itself, as it did before this module; so it does after a child that failed,
 whose stamp stays all the same (`compile_ahead`). Ctrl-C stops the child too and leaves no stamp.
-Nothing here touches what is coded.
+`DYNCOMPRESS_COMPILE_AHEAD=0` starts no child (the command compiles, as before; the test suite sets
+it outside test_warm). Nothing here touches what is coded.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def compile_ahead(kind: str, notice: bool) -> str:
     failed otherwise leaves one all the same, so that a failure that would repeat (a machine short
     of memory, a missing default model) does not cost every later command a child's start."""
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or not sys.executable:
+        return "skipped"
+    if os.environ.get("DYNCOMPRESS_COMPILE_AHEAD", "1") == "0":  # (no child: the command compiles, as before)
         return "skipped"
     try:
         stamp = stamp_path(kind)

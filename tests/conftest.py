@@ -11,6 +11,11 @@ from dyncompress.train import TrainConfig, Trainer, calibrate
 
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
+# The commands these tests run compile what they need themselves, as without `warm`'s child (a child
+# per way of coding and per numba cache would add about half a minute to the suite); test_warm runs
+# the child with its own cache
+os.environ["DYNCOMPRESS_COMPILE_AHEAD"] = "0"
+
 # A small network: the tests check exactness and behaviour, not ratio, and must be quick.
 NET = dict(hidden=32, lanes=8, segment_len=8, device="cpu")
 SMALL = dict(NET, model=None)  # online mode: no pretrained model

@@ -32,6 +32,12 @@ def _command(*args, cwd, env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=dict(os.environ, **env), capture_output=True)
 
 
+@pytest.fixture(autouse=True)
+def compile_ahead(monkeypatch):
+    """The child on, here and in the commands these tests start (conftest turns it off for the rest)."""
+    monkeypatch.setenv("DYNCOMPRESS_COMPILE_AHEAD", "1")
+
+
 def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tmp_path):
     cache = tmp_path / "numba"
     env = {"NUMBA_CACHE_DIR": str(cache)}
@@ -63,6 +69,12 @@ def test_a_child_that_fails_is_not_started_again(tmp_path, monkeypatch):
     assert warm.compile_ahead("no-such-kind", notice=False) == "failed"
     assert [s.endswith("-no-such-kind.compiled") for s in _stamps(tmp_path)] == [True]
     assert warm.compile_ahead("no-such-kind", notice=False) == "skipped"
+
+
+def test_dyncompress_compile_ahead_0_starts_no_child(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DYNCOMPRESS_COMPILE_AHEAD", "0")
+    assert warm.compile_ahead("no-such-kind", notice=False) == "skipped" and _stamps(tmp_path) == []
 
 
 def test_the_stamp_names_the_kind_and_the_cpu_numba_compiles_for(tmp_path, monkeypatch):
