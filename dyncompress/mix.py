@@ -143,8 +143,8 @@ kinds and state sets' too (which start at zero with the earlier priors), learned
 default, each row the mean over the codings that chose it: text5 from text2's sources, text6 from
 those and 300 kB of each of the model's training texts in Portuguese, Italian, German, French and
 Russian, for text in those languages (`auto.FOREIGN_PRIOR`; whole European texts 0.1 ... 0.5 %
-smaller, English 0.2 % larger than from text5). A
-pretrained model's prior in online mode (a random network) was mixed (text1: Chinese
+smaller, English 0.2 % larger than from text5). A pretrained model's prior in online mode (a random
+network) was mixed (text1: Chinese
 0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
 mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
 other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % larger). The fast level
@@ -322,9 +322,11 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
 
 def prior_rows(name: str, shape: tuple[int, int], zero_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The starting rows (W, W_slow, step counts) of every weight set, `shape` (sets, n_in), from the
-    prior `name`, which holds all but the last `zero_rows` (the kinds and state sets', where there are
-    any): those start at zero (adding nothing to the sum of rows), with no steps taken (the rate of a new
-    row). Read-only."""
+    prior `name`. A prior made before the kinds and state sets (not in `settings.PRIOR_SETS`) holds all
+    but the last `zero_rows` (those sets', where there are any): they start at zero (adding nothing to
+    the sum of rows), with no steps taken (the rate of a new row). Read-only."""
+    if name in PRIOR_SETS:  # (every set's rows: made with them)
+        zero_rows = 0
     arrays = load_prior(name, (shape[0] - zero_rows, shape[1]))
     if not zero_rows:
         return arrays
@@ -495,8 +497,7 @@ class Experts:
         self.w0_slow = self.w0  # (only read: reset copies them)
         self.updates0 = np.zeros(self.n_sets, dtype=np.int64)  # every row's step count at the start
         if s.prior:  # every set's rows as learned on text (read-only, shared: reset copies them)
-            # (the kinds and state sets' rows: not in the priors before text5, `settings.PRIOR_SETS`)
-            zero_rows = 0 if s.prior in PRIOR_SETS else sum(sizes[3 + len(HASHED_SETS) :])
+            zero_rows = sum(sizes[3 + len(HASHED_SETS) :])  # (the kinds and state sets' rows: `prior_rows`)
             self.w0, self.w0_slow, self.updates0 = prior_rows(s.prior, (self.n_sets, self.n_in), zero_rows)
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)

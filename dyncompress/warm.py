@@ -6,7 +6,7 @@ modules stay alive with the functions they made, and the heap it freed is not gi
 first `dyncompress encode` of enwik6 peaked at 1,161 MB, every later one at 925 MB. So `encode`,
 `decode` and `test` first look for a stamp that says this installation's kernels are compiled for
 the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
-it in the files' headers). Where there is none they run this module as a child process, before
+it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
 small tables, in as many lanes as a large input has, at the default thread count), numba compiles
 every kernel that path calls and writes it to its cache, and the child's memory goes back when it
@@ -38,7 +38,8 @@ KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child 
 SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
 # The child imports this very package, the one whose cache the stamp speaks for: not another copy
 # that its working directory would put first on sys.path (a source tree beside an installed copy)
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
 CHILD = "import sys; sys.path.insert(0, {root!r}); from dyncompress.warm import main; main({kind!r})"
 NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
 
@@ -53,9 +54,8 @@ def _version(name: str) -> str:
 def _folder() -> str | None:
     """Where the stamp goes: numba's cache folder, as numba picks it (None: nowhere writable)."""
     given = os.environ.get("NUMBA_CACHE_DIR")
-    here = os.path.dirname(os.path.abspath(__file__))
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for folder in [given] if given else [os.path.join(here, "__pycache__"), os.path.join(home, "dyncompress")]:
+    for folder in [given] if given else [os.path.join(_HERE, "__pycache__"), os.path.join(home, "dyncompress")]:
         try:
             os.makedirs(folder, exist_ok=True)
         except OSError:
@@ -72,11 +72,10 @@ def stamp_path(kind: str) -> str | None:
         return None
     from . import __version__
 
-    here = os.path.dirname(os.path.abspath(__file__))
     parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
     parts += [os.environ.get(name, "") for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
     for name in KERNELS:
-        st = os.stat(os.path.join(here, name + ".py"))
+        st = os.stat(os.path.join(_HERE, name + ".py"))
         parts += [name, st.st_size, st.st_mtime_ns]
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
     return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
@@ -128,14 +127,12 @@ def compile_ahead(kind: str, notice: bool) -> str:
 def file_kind(path: str) -> str | None:
     """The way a .dc file was coded (one of KINDS), from its header; None where that cannot be read
     (the decode that follows says why)."""
-    from .container import _HEAD, MAX_META, parse_header
+    from .container import read_frames
     from .errors import DyncompressError
 
     try:
         with open(path, "rb") as f:
-            head = f.read(1 << 16)  # a header is about 500 bytes: the rest only where it is longer
-            got = parse_header(head) or parse_header(head + f.read(_HEAD.size + MAX_META + 4 - len(head)))
-        meta, _ = got
+            meta = next(read_frames(f.read)).meta  # (the header: the first 64 kB read, more only if it is longer)
         if meta["settings"]["hidden"] == 0:
             return "fast"
         return "model" if meta["model"] else "online"
@@ -158,7 +155,3 @@ def main(kind: str) -> None:
     if kind not in KINDS:
         sys.exit(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
     compile_kernels(kind)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) == 2 else "")
