@@ -111,7 +111,7 @@ def main() -> None:
         first = next(iter(rows))
         gain = results[first][0] / ppmd - 1
         speed = " / ".join(f"{results[label][1]:.1f}" for label in rows)
-        chosen = f" {probe or 0:.2f} | {'model' if start else 'online'} |" if args.auto else ""
+        chosen = f" {probe or 0:.2f} | {start.name if start else 'online'} |" if args.auto else ""
         print(f"| {name} | {len(data):,} |{chosen} {ppmd:.4f} | {bpb} | {gain:+.1%} | {speed} |", flush=True)
 
 

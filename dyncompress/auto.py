@@ -20,8 +20,13 @@ follows it.
 
 from __future__ import annotations
 
-from .model import Model
-from .settings import AUTO_MODEL, DEFAULT_LEVEL, MODEL_LEVELS, make_settings
+import functools
+
+import numpy as np
+
+from .model import Model, ModelError
+from .model import find as find_model
+from .settings import AUTO_MODEL, DEFAULT_LEVEL, DEFAULT_MODEL, FOREIGN_MODEL, MODEL_LEVELS, make_settings
 
 PROBE_BYTES = 4096
 PROBE_LANES = 4
@@ -35,11 +40,16 @@ ONLINE_ABOVE = 6.25  # bits per byte of the probe
 # time, digong 2.1434 -> 2.1420 (of 64: 1.6048, 2.1433).
 ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 # Text the model starts in another language than English (more than FOREIGN_SHARE of its first bytes
-# >= 128: in the first 4 kB of every English, Wikipedia and program text of the shared corpora at most
-# 0.001, of every Portuguese, Spanish, Italian, French and German text 0.004 ... 0.05, Russian
-# 0.58 ... 0.86) starts its mixer from FOREIGN_PRIOR, learned on those languages as well as English:
-# whole European texts 0.1 ... 0.5 % smaller than from the default's prior (text5, English and Spanish
-# only), which codes English 0.2 % smaller (enwik6 1.6409 against 1.6443; BENCHMARKS.md, 2026-12-05)
+# are accented letters or Cyrillic: `foreign_share`; in the first 4 kB of every English, Wikipedia and
+# program text of the shared corpora 0.000, of every Portuguese, Spanish, Italian, French and German
+# text 0.004 ... 0.05, Russian 0.79 ... 0.86) starts its mixer from FOREIGN_PRIOR, learned on those
+# languages as well as English: whole European texts 0.1 ... 0.5 % smaller than from the default's
+# prior (text5, English and Spanish only), which codes English 0.2 % smaller (enwik6 1.6409 against
+# 1.6443; BENCHMARKS.md, 2026-12-05). Since 2026-12-05 (evening) it also starts from FOREIGN_MODEL (settings), the
+# default model fine-tuned with its European training text weighted up (models/multi-h256.md): whole
+# German, Italian, Portuguese, Spanish, Russian novels 0.3 ... 2.7 % smaller, the first 100 kB of every
+# European text it never saw 0.5 ... 3.9 %; English 1.1 ... 3.2 % larger, so the share counts two-byte
+# UTF-8 characters and Latin-1 letters, not the three-byte quotes and dashes of English typography.
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
 AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)
@@ -80,14 +90,41 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     if not considered(size, knobs) or not sample:
         return model, {}, None
     bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
-    return (None, ONLINE, bits) if bits > ONLINE_ABOVE else (model, model_prior(sample, knobs), bits)
+    if bits > ONLINE_ABOVE:
+        return None, ONLINE, bits
+    if foreign_share(sample) > FOREIGN_SHARE and model.name == DEFAULT_MODEL:
+        model = foreign_model() or model
+    return model, model_prior(sample, knobs), bits
+
+
+@functools.cache
+def foreign_model() -> Model | None:
+    """FOREIGN_MODEL, loaded once (a batch of files shares it, as it shares the default model); None
+    where it is not installed (the default model then starts every text)."""
+    try:
+        return find_model(FOREIGN_MODEL)
+    except ModelError:
+        return None
+
+
+def foreign_share(sample: bytes) -> float:
+    """The share of the sample's first PROBE_BYTES that are letters of other languages than English:
+    the bytes of two-byte UTF-8 characters (accented Latin letters, Cyrillic, Greek) and Latin-1's
+    letters (a byte >= 0xC0 before an ASCII one). Not the three-byte characters: English typography's
+    quotes and dashes (and Chinese or Japanese, which the probe sends online)."""
+    head = np.frombuffer(sample[:PROBE_BYTES], dtype=np.uint8)
+    if not len(head):
+        return 0.0
+    nxt = np.append(head[1:], 0)
+    two = (head >= 0xC2) & (head <= 0xDF) & (nxt >= 0x80) & (nxt <= 0xBF)
+    latin1 = (head >= 0xC0) & (nxt < 0x80)
+    return float(2 * two.sum() + latin1.sum()) / len(head)
 
 
 def model_prior(sample: bytes, knobs: dict) -> dict:
     """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR where more than
-    FOREIGN_SHARE of the sample's first PROBE_BYTES are bytes >= 128 (accented letters, Cyrillic),
+    FOREIGN_SHARE of the sample's first PROBE_BYTES are other languages' letters (`foreign_share`),
     else the default's; none chosen where the knobs choose the prior or the weight sets it fits."""
     if {"prior", "experts", "kinds", "state_set"} & set(knobs):
         return {}
-    head = sample[:PROBE_BYTES]
-    return {"prior": FOREIGN_PRIOR} if sum(b >= 128 for b in head) > FOREIGN_SHARE * len(head) else {}
+    return {"prior": FOREIGN_PRIOR} if foreign_share(sample) > FOREIGN_SHARE else {}

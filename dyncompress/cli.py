@@ -48,6 +48,7 @@ from .settings import (
     AUTO_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
+    FOREIGN_MODEL,
     MODEL_DEFAULTS,
     MODEL_LEVELS,
     RULES,
@@ -418,7 +419,8 @@ MODEL_HELP = (
     metavar="NAME|PATH",
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-    f".dcm file [{DEFAULT_MODEL}, or online mode where it does not fit the input].",
+    f".dcm file [{DEFAULT_MODEL}; {FOREIGN_MODEL} for other European languages; online mode where "
+    "neither fits the input].",
 )
 @click.option(
     "--online",
@@ -845,15 +847,17 @@ def compute_options(f):
 @setting("--eval-every", click.IntRange(1), TRAIN.eval_every, "Validate and write a checkpoint every this many steps.")
 @setting("--seed", click.IntRange(0), TRAIN.seed, "Seed of the initial weights.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
+@click.option("--init", metavar="MODEL", help="Start from this model's weights (a name or a .dcm file): fine-tune it.")
 @compute_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
-def train(files, output, name, resume, threads, device, quiet, **config):
+def train(files, output, name, resume, init, threads, device, quiet, **config):
     """Train a model on text (each source's tail is held out for validation).
 
     SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as
     enwik8:train.
     """
     with loading():
+        from .model import find as find_model
         from .train import Trainer
 
     torch_threads(threads)
@@ -862,7 +866,8 @@ def train(files, output, name, resume, threads, device, quiet, **config):
     if os.path.exists(output) and not resume:
         raise Fatal(f"{output} already exists (use --resume to continue it, or another -o)")
     try:
-        trainer = Trainer(TrainConfig(**config), list(files), device)
+        start = find_model(init) if init else None
+        trainer = Trainer(TrainConfig(**config), list(files), device, start)
         if resume:
             trainer.resume(output)
     except DyncompressError as e:

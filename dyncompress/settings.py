@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .model import Model
 
 DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
+FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
 AUTO_MODEL = "auto"  # the default start: DEFAULT_MODEL, or online mode where it does not fit (`auto`)
 RULES = ("static", "sgd", "rms", "rms-decay")
 # The exact arithmetic (exact.py) keeps every sum below 2^53 for networks up to this size and

@@ -105,15 +105,22 @@ def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: in
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, files: list[str], device: str = "cpu") -> None:
+    def __init__(self, config: TrainConfig, files: list[str], device: str = "cpu", init: Model | None = None) -> None:
+        """`init`: a model whose weights training starts from (fine-tuning; a fresh optimizer and
+        schedule), instead of the seed's random ones."""
         self.c = config
+        if init is not None and init.shape.hidden != config.hidden:
+            h = init.shape.hidden
+            raise ModelError(f"--init's model has hidden {h}, not {config.hidden} (give --hidden {h})")
         self.device = torch.device(device)
         self.train_data, self.valid_data, self.corpus = read_corpus(files, config.valid_bytes)
         self.S = torch.from_numpy(streams(self.train_data, config.batch)).to(self.device)
         if self.S.shape[1] <= config.bptt + 1:
             raise ModelError("corpus too small for this batch and bptt")
         self.shape = MLSTMShape(config.hidden)
-        self.theta = init_params(self.shape, config.seed).to(self.device)
+        self.init = init
+        theta = init.theta if init is not None else init_params(self.shape, config.seed)
+        self.theta = theta.detach().clone().to(self.device)
         self.net = MLSTM(self.shape, self.theta, config.batch, config.bptt)
         self.opt = torch.optim.Adam([self.theta], lr=config.lr)
         self.step = 0
@@ -166,6 +173,7 @@ class Trainer:
             else f"mLSTM hidden {self.c.hidden} (untrained)",
             "training": {
                 "config": asdict(self.c),
+                "init": f"{self.init.name} ({self.init.sha256[:16]})" if self.init is not None else None,
                 "corpus": self.corpus,
                 "train_bytes": len(self.train_data),
                 "valid_bytes": len(self.valid_data),

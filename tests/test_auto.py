@@ -6,11 +6,13 @@ from conftest import CORPORA, corpus, run_cli
 from dyncompress.api import Compressor, compress, decompress
 from dyncompress.auto import (
     AUTO_MIN,
+    FOREIGN_MODEL,
     FOREIGN_PRIOR,
     ONLINE,
     ONLINE_ABOVE,
     PROBE_BYTES,
     choose_start,
+    foreign_share,
     probe_bits,
 )
 from dyncompress.batch import encode_plan
@@ -35,19 +37,45 @@ def test_the_probe_keeps_the_model_for_text_and_chooses_online_for_object_code(m
     assert probe_bits(model, TEXT) == probe_bits(model, TEXT[:PROBE_BYTES]) != probe_bits(model, TEXT[5000:])
 
 
-def test_text_in_another_language_starts_its_mixer_from_the_foreign_prior(model):
+def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model):
     spanish = corpus("quijote_8k.txt")
-    assert sum(b >= 128 for b in spanish[:PROBE_BYTES]) > 0.01 * PROBE_BYTES  # (accented letters)
+    assert foreign_share(spanish) > 0.01  # (accented letters)
     start, chosen, bits = choose_start(model, spanish, 100_000, {})
-    assert start is model and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
-    assert choose_start(model, TEXT, len(TEXT), {})[1] == {}  # English (no byte >= 128): the default's
-    for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose it
+    assert start.name == FOREIGN_MODEL != model.name and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
+    assert choose_start(model, TEXT, len(TEXT), {})[:2] == (model, {})  # English (no byte >= 128): the default's
+    for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose the prior
         assert choose_start(model, spanish, 100_000, knobs)[1] == {}
     data = spanish * 3  # (AUTO_MIN or more: probed)
     packed, english = compress(data, threads=1), compress(TEXT, threads=1)
     assert header_of(packed)["settings"]["mix"]["prior"] == FOREIGN_PRIOR != DEFAULT_PRIOR
+    assert header_of(packed)["model"]["name"] == FOREIGN_MODEL
     assert header_of(english)["settings"]["mix"]["prior"] == DEFAULT_PRIOR
+    assert header_of(english)["model"]["name"] == DEFAULT_MODEL
     assert decompress(packed) == data and decompress(english) == TEXT
+    # the foreign model codes this Spanish smaller than the default model would
+    assert len(packed) < len(compress(data, model=DEFAULT_MODEL, threads=1, prior=FOREIGN_PRIOR))
+
+
+def test_without_the_foreign_model_installed_the_default_model_starts_every_text(model, monkeypatch):
+    from dyncompress import auto
+
+    monkeypatch.setattr(auto, "FOREIGN_MODEL", "no-such-model")
+    auto.foreign_model.cache_clear()
+    try:
+        assert choose_start(model, corpus("quijote_8k.txt"), 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
+    finally:
+        auto.foreign_model.cache_clear()
+
+
+def test_the_foreign_share_counts_other_languages_letters_not_english_typography():
+    english = "\u201cIt\u2019s a dash \u2014 and quotes,\u201d she said. ".encode() * 20
+    assert sum(b >= 128 for b in english) > 0.1 * len(english) and foreign_share(english) == 0.0
+    german = "Die Bl\u00fcten \u00fcber dem Flu\u00df. ".encode() * 20
+    assert foreign_share(german) == 6 / 29 and foreign_share(german.decode().encode("latin-1")) == 3 / 26
+    russian = "\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440. ".encode()
+    assert foreign_share(russian) == 2 * 9 / len(russian)  # every byte of its nine letters
+    assert foreign_share(b"") == 0.0 and foreign_share(corpus("alice29.txt")) == 0.0
+    assert foreign_share(bytes(PROBE_BYTES) + "\u00e9".encode() * 100) == 0.0  # its first PROBE_BYTES only
 
 
 @pytest.mark.parametrize(

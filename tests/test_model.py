@@ -152,6 +152,20 @@ def test_cli_train_and_calibrate(tmp_path):
     assert r.returncode == 0, r.stderr
     m = load(str(out))
     assert m.ms is not None and m.info["defaults"]["lanes"] == 2 and m.info["calibration"]["bytes"] == 5000
+    # fine-tuning: --init starts from the model's weights, not the seed's (so a model that learned
+    # alice29 starts far below a random start's 8 bits per byte), and records where it started
+    tuned = tmp_path / "tuned.dcm"
+    r = run_cli(
+        "train", f"{CORPORA / 'alice29.txt'}:0:100k", "-o", tuned, *args, "--init", out, "--valid-bytes", "4000"
+    )
+    assert r.returncode == 0, r.stderr
+    first, then = load(str(out)).info["training"], load(str(tuned)).info["training"]
+    assert then["init"] == f"cli ({m.sha256[:16]})" and first["init"] is None
+    assert then["history"][0]["valid_bpb"] < first["history"][0]["valid_bpb"]
+    r = run_cli("train", CORPORA / "alice29.txt", "-o", tmp_path / "t2.dcm", "--hidden", "8", "--init", out)
+    assert r.returncode == 1 and b"hidden 16, not 8" in r.stderr and b"Traceback" not in r.stderr
+    r = run_cli("train", CORPORA / "alice29.txt", "-o", tmp_path / "t3.dcm", "--init", tmp_path / "none.dcm")
+    assert r.returncode == 1 and b"Traceback" not in r.stderr and not (tmp_path / "t3.dcm").exists()
     r = run_cli("calibrate", tmp_path / "missing.dcm", CORPORA / "alice29.txt")
     assert r.returncode == 2 and b"Traceback" not in r.stderr
     r = run_cli("calibrate", out, f"{CORPORA / 'alice29.txt'}:0:999999999")
