@@ -979,7 +979,8 @@ def models(verbose):
         except DyncompressError as e:
             click.echo(f"{os.path.basename(path)}: unreadable ({e})")
             continue
-        mark = " (default)" if m.name == DEFAULT_MODEL else ""
+        roles = {DEFAULT_MODEL: " (default)", FOREIGN_MODEL: " (the default for other European languages)"}
+        mark = roles.get(m.name, "")
         calibrated = "calibrated" if m.ms is not None else "not calibrated"
         click.echo(
             f"{m.name}{mark}: mLSTM hidden {m.shape.hidden}, {m.shape.num_params:,} parameters, "

@@ -134,6 +134,9 @@ def test_cli_model_by_path_and_by_name(tiny, tmp_path):
     assert r.returncode == 0 and r.stdout == text.read_bytes()
     r = run_cli("models", env={"DYNCOMPRESS_MODELS": str(path.parent)})
     assert r.returncode == 0 and b"tiny: mLSTM hidden 24" in r.stdout and b"calibrated" in r.stdout
+    # the shipped models beside it, each with its role
+    assert b"enwiki-h256 (default): " in r.stdout
+    assert b"multi-h256 (the default for other European languages): " in r.stdout
 
 
 def test_cli_train_and_calibrate(tmp_path):
