@@ -499,8 +499,10 @@ def encode(
     each file, unless the input is unlike anything it learned (the model codes
     its first 4 kB at more than 6.25 bits per byte: Chinese, Japanese, images,
     object code). Such an input of 16 kB or more is coded in online mode with
-    a network of 128 units, which codes it smaller, at levels -3 ... -9 (-v
-    says which start was chosen; --model or --online decides it).
+    a network of 128 units, which codes it smaller, at levels -3 ... -9; text
+    in other European languages (accented letters or Cyrillic) starts from the
+    model fine-tuned on them, multi-h256 (-v says which start was chosen;
+    --model or --online decides it).
 
     A level (-1 ... -9) picks the lanes and what the network adapts; any
     setting given explicitly overrides the level's:
