@@ -92,9 +92,10 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
     if bits > ONLINE_ABOVE:
         return None, ONLINE, bits
-    if foreign_share(sample) > FOREIGN_SHARE and model.name == DEFAULT_MODEL:
+    foreign = foreign_share(sample) > FOREIGN_SHARE
+    if foreign and model.name == DEFAULT_MODEL:
         model = foreign_model() or model
-    return model, model_prior(sample, knobs), bits
+    return model, model_prior(foreign, knobs), bits
 
 
 @functools.cache
@@ -121,10 +122,10 @@ def foreign_share(sample: bytes) -> float:
     return float(2 * two.sum() + latin1.sum()) / len(head)
 
 
-def model_prior(sample: bytes, knobs: dict) -> dict:
-    """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR where more than
-    FOREIGN_SHARE of the sample's first PROBE_BYTES are other languages' letters (`foreign_share`),
-    else the default's; none chosen where the knobs choose the prior or the weight sets it fits."""
-    if {"prior", "experts", "kinds", "state_set"} & set(knobs):
+def model_prior(foreign: bool, knobs: dict) -> dict:
+    """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR for a text in another
+    language (more than FOREIGN_SHARE of its start other languages' letters, `foreign_share`), else the
+    default's; none chosen where the knobs choose the prior or the weight sets it fits."""
+    if not foreign or {"prior", "experts", "kinds", "state_set"} & set(knobs):
         return {}
-    return {"prior": FOREIGN_PRIOR} if foreign_share(sample) > FOREIGN_SHARE else {}
+    return {"prior": FOREIGN_PRIOR}

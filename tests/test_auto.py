@@ -52,6 +52,7 @@ def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model)
     assert header_of(english)["settings"]["mix"]["prior"] == DEFAULT_PRIOR
     assert header_of(english)["model"]["name"] == DEFAULT_MODEL
     assert decompress(packed) == data and decompress(english) == TEXT
+    assert compress(data, threads=1) == packed  # the foreign model, loaded once, is not changed by a coding
     # the foreign model codes this Spanish smaller than the default model would
     assert len(packed) < len(compress(data, model=DEFAULT_MODEL, threads=1, prior=FOREIGN_PRIOR))
 
