@@ -8,7 +8,8 @@ loss; encoder and decoder call it with bit-identical arguments.
 - ``rms``:       theta -= lr * g / (RMS + eps). With a calibrated model, RMS = sqrt(MS_g)
                  from its training data (the paper's rule). Without MS_g (online mode,
                  or an uncalibrated model): Adam/RMSprop on statistics gathered from the
-                 stream itself (beta1 = 0 gives plain RMSprop).
+                 stream itself (beta1 = 0 gives plain RMSprop), at the rate lr H / (H + t)
+                 at the t-th step (H = rate_half; 0: lr throughout).
 - ``rms-decay``: the rms step + decay * decrate * (theta0 - theta), decrate = RMS /
                  mean(RMS) clipped at 1 / decay, theta0 the starting (pretrained)
                  weights. RMS from MS_g when the model has it, else from the stream.
@@ -62,7 +63,7 @@ class Adapter:
         elif settings.rule in ("rms", "rms-decay"):
             # torch's fused Adam kernel (beta1 = 0: RMSprop): one pass over the parameters
             beta1 = settings.beta1 if settings.rule == "rms" else 0.0
-            self._opt = FusedAdam(theta, settings.lr, (beta1, settings.beta2), settings.eps)
+            self._opt = FusedAdam(theta, settings.lr, (beta1, settings.beta2), settings.eps, settings.rate_half)
 
     @torch.no_grad()
     def update(self, grad: torch.Tensor) -> None:
@@ -107,8 +108,9 @@ class FusedAdam:
     (step count, first and second moments) is created at the first step, as the optimizer does.
     """
 
-    def __init__(self, theta: torch.Tensor, lr: float, betas: tuple[float, float], eps: float) -> None:
+    def __init__(self, theta: torch.Tensor, lr: float, betas: tuple[float, float], eps: float, half: int = 0) -> None:
         self.theta, self.lr, (self.beta1, self.beta2), self.eps = theta, lr, betas, eps
+        self.half = half  # > 0: the rate at step t is lr half / (half + t) (AdaptSettings.rate_half)
         self.state: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()
@@ -129,7 +131,7 @@ class FusedAdam:
             [],
             [st["step"]],
             amsgrad=False,
-            lr=self.lr,
+            lr=self.lr * self.half / (self.half + float(st["step"])) if self.half else self.lr,
             beta1=self.beta1,
             beta2=self.beta2,
             weight_decay=0.0,

@@ -63,6 +63,8 @@ ADAPT_ADDED = {
     "tlm_lanes": False,
     "tlm_relative": 0.0,
 }
+# Update-rule settings added after format 4's first files: a header that lacks them means them off.
+ADAPT_LATER = {"rate_half": 0}
 MAX_META = 1 << 20
 # The preset dictionaries of the meta's deflate, by format: a typical record. Each is part of its format
 # (changing one would break every file of that format), so a new one means a new format. Format 3's was
@@ -186,6 +188,9 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
             meta["settings"]["mix"].setdefault(key, off)
     if version == 2 and isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
         meta["settings"]["adapt"] = {**ADAPT_ADDED, **meta["settings"]["adapt"]}
+    if isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
+        for key, off in ADAPT_LATER.items():
+            meta["settings"]["adapt"].setdefault(key, off)
     meta["format"] = version
     return meta, end
 

@@ -967,11 +967,15 @@ class ExactAdapter:
 
     def _corrections(self) -> tuple[float, float]:
         """The stream step's rate and epsilon with Adam's bias corrections at this step:
-        step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t (units 2^-32, 2^-28)."""
+        step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t (units 2^-32, 2^-28), the
+        rate times H / (H + t) with a half-life of H = rate_half steps (an exact fraction, floored)."""
         s = self.s
         c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
         sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
-        lr = math.floor(Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM))  # step in units 2^-32: < 2^26
+        lr = Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM)  # step in units 2^-32: < 2^26
+        if s.rate_half:  # the rate's decay: lr H / (H + t) at the t-th step
+            lr = lr * s.rate_half / (s.rate_half + self.steps)
+        lr = math.floor(lr)
         lr = float(min(lr, (1 << 26) - 1))
         eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
         return lr, eps

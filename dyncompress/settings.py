@@ -34,6 +34,7 @@ RULES = ("static", "sgd", "rms", "rms-decay")
 MAX_HIDDEN = 1024
 MAX_BATCH = 1 << 14
 MAX_LORA_RANK = 64
+MAX_RATE_HALF = 1 << 24  # steps
 LORA_MATRICES = ("w_mh", "w_m", "w_out")  # the matrices LoRA can adapt, in the side weights' order
 # Independent frames: every frame of the input starts from the model (or the online seed) afresh,
 # so frames code and decode in parallel and alone. Chosen by measurement (BENCHMARKS.md, frames).
@@ -70,6 +71,13 @@ class AdaptSettings:
     # tlm_relative times the running mean cost per byte of the segments before it (an integer moving
     # average, 1/16 per segment), so the share skipped no longer depends on how hard the text is.
     tlm_relative: float = 0.0
+    # The rate of the rule's steps on the stream (online mode's network, LoRA's factors, sparse's
+    # matrix: the weights a calibrated RMS_g does not cover) at its t-th step: lr H / (H + t), halved
+    # after H = rate_half steps (0: lr throughout, as files made before 2026-12-05 night). Adapting
+    # at a constant rate, the LoRA factors drift on a long input: the whole of Don Quijote (2.2 MB)
+    # coded 2 % smaller with the network not adapted at all than at the default's rate; at H = 2000
+    # 1.5 % smaller, the other long texts 0.2 ... 0.5 % (BENCHMARKS.md, 2026-12-05, night).
+    rate_half: int = 2000
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -78,6 +86,8 @@ class AdaptSettings:
             raise ValueError("learning rate and decay must be >= 0")
         if self.sparse < 0:
             raise ValueError("the sparse matrix's size must be >= 0 (0: adapt the whole network)")
+        if not 0 <= self.rate_half <= MAX_RATE_HALF:
+            raise ValueError(f"the rate's half-life must be 0 ... {MAX_RATE_HALF} steps (0: a constant rate)")
         if not 0 <= self.tlm_bits <= 8:
             raise ValueError("the TLM threshold must be 0 ... 8 bits per byte (0: off)")
         if not 0 <= self.tlm_relative <= 4:

@@ -54,6 +54,23 @@ def test_text_compresses():
     assert len(packed) < 0.75 * len(data)
 
 
+def test_the_rates_half_life_is_recorded_and_followed():
+    """The stream rule's rate falls as lr H / (H + t) (AdaptSettings.rate_half): the header records H,
+    the decoder follows it, and it changes what is coded (H = 0, a constant rate, as files made
+    before it; a header without it reads so: test_container)."""
+    data = corpus("alice29.txt")[:12000]
+    packed = {half: compress(data, **{**SMALL, "segment_len": 8, "rate_half": half}) for half in (0, 20)}
+    payloads = []
+    for half, blob in packed.items():
+        meta, end = parse_header(blob)
+        assert meta["settings"]["adapt"]["rate_half"] == half
+        assert decompress(blob) == data
+        payloads.append(blob[end:])
+    assert payloads[0] != payloads[1]
+    default, _ = parse_header(compress(data[:100], **SMALL))
+    assert default["settings"]["adapt"]["rate_half"] == 2000
+
+
 @pytest.mark.parametrize("lanes", [1, 3, 16, 64])
 def test_more_lanes_than_bytes_and_odd_lane_counts(lanes):
     for data in (b"xy", b"hello, world", corpus("grammar.lsp")[:777]):

@@ -8,6 +8,7 @@ import zlib
 import pytest
 
 from dyncompress.container import (
+    ADAPT_LATER,
     MAGIC,
     META_DICTS,
     MIX_ADDED,
@@ -59,8 +60,13 @@ def test_the_settings_record_is_deflated_and_checked():
     packed = pack_header(meta)
     assert packed == _deflated_header(meta, VERSION) and len(packed) < 60 < 800 < len(dictionary)
     read, end = parse_header(packed)
-    # a mixer setting added since the record was made reads as off (MIX_ADDED)
-    settings = {**meta["settings"], "mix": {**MIX_ADDED, **meta["settings"]["mix"]}}
+    # a mixer or update-rule setting added since the record was made reads as off (MIX_ADDED, ADAPT_LATER)
+    settings = {
+        **meta["settings"],
+        "mix": {**MIX_ADDED, **meta["settings"]["mix"]},
+        "adapt": {**ADAPT_LATER, **meta["settings"]["adapt"]},
+    }
+    assert read["settings"]["adapt"]["rate_half"] == 0
     assert end == len(packed) and read == {**meta, "settings": settings, "format": VERSION}
     body = packed[14:-4]
     for bad in (body + b"\x00", body[:-1], json.dumps(meta).encode()):
@@ -145,7 +151,8 @@ def test_a_format3_header_reads_with_its_own_dictionary():
     """Format 3 (development builds of 0.4) deflated its meta with another dictionary: its headers
     still read, and a mixer record without the prior means none (and the match table of then:
     2^table_bits slots, shared; the count tables' rows of then: a count for every byte; two mixers, one byte class;
-    every context in its own row; six weight sets, no kinds set, no state set; rows settling at mix_lr)."""
+    every context in its own row; six weight sets, no kinds set, no state set; rows settling at mix_lr;
+    the update rule's rate constant)."""
     meta = json.loads(META_DICTS[3])  # the typical record of format 3's first files
     meta["fingerprint"] = "fedcba9876543210"
     packed = _deflated_header(meta, 3)
@@ -166,6 +173,7 @@ def test_a_format3_header_reads_with_its_own_dictionary():
     )
     added = [mix.pop(k) for k in names]
     assert end == len(packed) and added == ["", 0, False, 0, 2, 1, 1, 0, False, 0.0]
+    assert read["settings"]["adapt"].pop("rate_half") == 0  # the rule's rate constant, as then
     assert read == {**meta, "format": 3}
     # the same body labelled format 4 (CRC made good) is read with format 4's dictionary: refused
     relabelled = MAGIC + struct.pack("<H", 4) + packed[len(MAGIC) + 2 : -4]

@@ -324,13 +324,15 @@ def test_the_stream_rule_follows_rmsprop():
     assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
 
 
+@pytest.mark.parametrize("half", [0, 2000])
 @pytest.mark.parametrize("lr", [3e-3, 0.7, 1e-9])
-def test_the_bias_corrections_settle_without_changing_a_step(lr):
+def test_the_bias_corrections_settle_without_changing_a_step(lr, half):
     """Adam's bias corrections come from beta1^t and beta2^t as exact fractions, which stop being
     multiplied once they no longer change a bit (`exact.POW_SETTLED`): every step's rate and epsilon
     equal those of the powers carried exact all the way, the fractions stay small, and a state
-    loaded at step t has the powers of t steps."""
-    s, master, start = _adapter("rms", lr=lr, beta1=0.5, beta2=0.9, eps=1e-8)
+    loaded at step t has the powers of t steps. With a half-life H (rate_half), the rate at step t
+    is that times H / (H + t), floored once."""
+    s, master, start = _adapter("rms", lr=lr, beta1=0.5, beta2=0.9, eps=1e-8, rate_half=half)
     ex = ExactAdapter(s, master, None, start)
     ex.m = torch.zeros(1)  # (with momentum: c1 counts)
     p1 = p2 = Fraction(1)
@@ -339,7 +341,8 @@ def test_the_bias_corrections_settle_without_changing_a_step(lr):
         ex._next_powers()
         p1, p2 = p1 * Fraction(0.5), p2 * Fraction(0.9)
         sqrt_c2 = Fraction(math.isqrt(int((1 - p2) * (1 << 60))), 1 << 30)
-        want_lr = float(min(math.floor(Fraction(lr) * sqrt_c2 / (1 - p1) * (1 << 32)), (1 << 26) - 1))
+        decay = Fraction(half, half + t) if half else 1
+        want_lr = float(min(math.floor(Fraction(lr) * sqrt_c2 / (1 - p1) * (1 << 32) * decay), (1 << 26) - 1))
         want_eps = float(max(1, math.floor(Fraction(1e-8) * sqrt_c2 * (1 << 28))))
         assert ex._corrections() == (want_lr, want_eps), t
     assert ex.b2_pow > p2 and ex.b2_pow.denominator.bit_length() < 30_000  # settled long before
