@@ -975,13 +975,13 @@ def models(verbose):
     if not paths:
         click.echo("no models installed (encode --online works without one)")
         return
+    roles = {DEFAULT_MODEL: " (default)", FOREIGN_MODEL: " (the default for other European languages)"}
     for path in paths:
         try:
             m = load(path)
         except DyncompressError as e:
             click.echo(f"{os.path.basename(path)}: unreadable ({e})")
             continue
-        roles = {DEFAULT_MODEL: " (default)", FOREIGN_MODEL: " (the default for other European languages)"}
         mark = roles.get(m.name, "")
         calibrated = "calibrated" if m.ms is not None else "not calibrated"
         click.echo(

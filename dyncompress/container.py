@@ -180,17 +180,17 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
         raise FormatError(f"corrupt header ({e})") from None
     if not isinstance(meta, dict):
         raise FormatError("corrupt header (not a settings record)")
-    if version == 2 and isinstance(meta.get("settings"), dict) and "mix" not in meta["settings"]:
-        meta["settings"]["mix"] = dict(FORMAT2_MIX)
-        meta["settings"]["frame_size"] = 0  # one frame: the whole stream
-    if isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("mix"), dict):
-        for key, off in MIX_ADDED.items():
-            meta["settings"]["mix"].setdefault(key, off)
-    if version == 2 and isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
-        meta["settings"]["adapt"] = {**ADAPT_ADDED, **meta["settings"]["adapt"]}
-    if isinstance(meta.get("settings"), dict) and isinstance(meta["settings"].get("adapt"), dict):
-        for key, off in ADAPT_LATER.items():
-            meta["settings"]["adapt"].setdefault(key, off)
+    settings = meta.get("settings")
+    if isinstance(settings, dict):  # (a malformed record is left for Settings.from_dict to refuse)
+        if version == 2 and "mix" not in settings:
+            settings["mix"] = dict(FORMAT2_MIX)
+            settings["frame_size"] = 0  # one frame: the whole stream
+        if isinstance(settings.get("mix"), dict):
+            for key, off in MIX_ADDED.items():
+                settings["mix"].setdefault(key, off)
+        if isinstance(settings.get("adapt"), dict):
+            for key, off in {**ADAPT_ADDED, **ADAPT_LATER}.items() if version == 2 else ADAPT_LATER.items():
+                settings["adapt"].setdefault(key, off)
     meta["format"] = version
     return meta, end
 
