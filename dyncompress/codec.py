@@ -67,14 +67,16 @@ class Codec:
         self.predictor = make_predictor(settings, model)
         self.prev = np.zeros(settings.lanes, dtype=np.int32)  # the byte each lane saw last (padding: 0)
         self.nats = 0.0  # ideal code length so far, for reporting
+        self.chooser: split.Chooser | None = None  # split or whole, by measuring (kept across blocks)
 
     def code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None = None) -> None:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
         outside = torch.get_num_threads()
-        torch.set_num_threads(split.threads_allowed(self.s.threads))  # speed only: the bits are the same
         # decided per block, not once: a codec made before a fork may code in the child (one run)
+        threads = split.threads_allowed(self.s.threads)
         parts = split.parts_for(self.s.threads, self.s.lanes)
-        self.predictor.set_parts(parts)
+        if self.chooser is None or self.chooser.ways[0] != (parts, threads):
+            self.chooser = split.Chooser(threads, parts)
         try:
             with split.threads_for(parts):
                 self._code_block(coder, tokens, length, progress)
@@ -85,14 +87,21 @@ class Codec:
         steps, lens = lane_lengths(length, self.s.lanes)
         assert tokens.shape == (steps, self.s.lanes)
         active = (lens[None, :] > np.arange(steps)[:, None]).sum(axis=1)  # (steps,) lanes in play
+        chooser, way = self.chooser, None
         for start in range(0, steps, self.s.segment_len):
             stop = min(start + self.s.segment_len, steps)
+            if chooser.way != way:  # threads or one: speed only, the bits are the same (`split.Chooser`)
+                way = chooser.way
+                self.predictor.set_parts(way[0])
+                torch.set_num_threads(way[1])
+            began = chooser.clock()
             for t in range(start, stop):
                 k = int(active[t])
                 freqs = self.predictor.step(self.prev, k)  # (B, 256) int64
                 coder.code(freqs[:k], tokens[t, :k])
                 self.prev = tokens[t].copy()
             self.nats += self.predictor.adapt(tokens[start:stop], active[start:stop])
+            chooser.measured(stop - start, chooser.clock() - began)
             if progress is not None:
                 progress(int(np.minimum(lens, stop).sum() - np.minimum(lens, start).sum()))
 

@@ -2,6 +2,15 @@
 of lanes on a core of its own (`step_kernels.forward_parts`, `backward_parts`,
 `mix_kernels.mix_parts`), through numba's OpenMP threading layer.
 
+The threads of a split meet at a barrier several times every byte position. That pays only while
+every one of them has a core: on a machine where other work runs, a thread waits (spinning, as
+OpenMP's threads do by default) for one that is descheduled, and a coding that takes 12 s on one
+thread alone took 44 s on two beside one busy process. So whether a split runs is not decided once
+but measured as the coding goes (`Chooser`): the coding loop times windows of segments split and
+whole, keeps the faster, and tries the other again from time to time, sooner when the speed it has
+drops. Where the split does not pay (few lanes, a busy machine) it stops running, and its threads
+fall asleep (torch's count for the block's matrix products follows the same choice).
+
 Every lane's arithmetic is its own and the same in any thread, so the bits do not depend on the
 split: a file coded with `-T 2` decodes with `-T 1` and back. What learns across lanes (the shared
 tables, the mixer's weights, the weights' gradients) stays in one thread, in its fixed order.
@@ -23,7 +32,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 _started_by: int | None = None  # the process that started numba's threads for us (None: none yet)
 _usable: bool | None = None  # whether the layer it got splits well (None: not tried)
@@ -109,3 +119,59 @@ def threads_for(parts: int) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(outside)
+
+
+class Chooser:
+    """How the next segments run: on `threads` threads (their lanes in `parts` runs, torch's matrix
+    products on `threads`) or on one, chosen by measuring.
+
+    The coding loop asks `way` before each segment and reports the segment's steps and seconds
+    (`measured`). Time is counted in windows of at least `window_s` seconds (and two segments), each
+    in one way; a window's seconds per step is that way's speed now. The way in use (first: the
+    threads) is kept while it is the faster; the other is tried for one window after 1, 2, 4, ... up
+    to `max_wait` windows while it keeps losing, and at once when the way in use slows down by half
+    (another process started). With one thread nothing is measured. The choice changes speed only,
+    never a bit: every lane's arithmetic is its own in any thread, and so is every matrix product's
+    (exact arithmetic).
+    """
+
+    def __init__(self, threads: int, parts: int, window_s: float = 0.05, max_wait: int = 64,
+                 clock: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
+        self.ways = ((parts, threads), (1, 1)) if threads > 1 else ((1, 1),)  # (parts, torch's threads)
+        self.window_s, self.max_wait, self.clock = window_s, max_wait, clock
+        self.using = 0  # index into ways: the way kept
+        self.trying = 0  # the way this window runs
+        self.speed: list[float | None] = [None] * len(self.ways)  # seconds per step, the last window of each
+        self.wait, self.countdown = 1, 1  # windows before the other way is tried again
+        self._seconds = 0.0
+        self._steps = self._segments = 0
+
+    @property
+    def way(self) -> tuple[int, int]:
+        """(runs of lanes, torch's threads) for the next segment."""
+        return self.ways[self.trying]
+
+    def measured(self, steps: int, seconds: float) -> None:
+        """A segment of `steps` steps took `seconds`, run the way `way` said."""
+        if len(self.ways) == 1:
+            return
+        self._steps += steps
+        self._seconds += seconds
+        self._segments += 1
+        if self._seconds < self.window_s or self._segments < 2:
+            return
+        rate, way = self._seconds / self._steps, self.trying
+        self._seconds, self._steps, self._segments = 0.0, 0, 0
+        before, self.speed[way] = self.speed[way], rate
+        if way != self.using:  # a trial of the other way: it takes over if faster now
+            if rate < self.speed[self.using]:
+                self.using, self.wait = way, 1
+            else:
+                self.wait = min(2 * self.wait, self.max_wait)
+            self.trying, self.countdown = self.using, self.wait
+            return
+        if before is not None and rate > 1.5 * before:  # slowed down: the other way may be faster now
+            self.wait, self.countdown = 1, 0
+        self.countdown -= 1
+        if self.countdown <= 0:
+            self.trying = 1 - self.using
