@@ -1,8 +1,8 @@
 """The split of a step's lanes over threads, and the measuring that decides whether it runs."""
 
 import pytest
-from conftest import corpus, rewrite_header, split_started
 
+from conftest import corpus, rewrite_header, split_started
 from dyncompress import compress, decompress, split
 
 
