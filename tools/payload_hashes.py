@@ -26,17 +26,17 @@ CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 # name -> (file, bytes, the Python API's keyword arguments). Between them every way of coding: the
 # model's levels, --fast, --online, frames, the foreign model's start, online mode chosen by `auto`
 CASES: dict[str, tuple[str, int, dict]] = {
-    "default": ("alice29.txt", 20_000, {}),
-    "level1": ("alice29.txt", 20_000, {"level": 1}),
-    "level9": ("alice29.txt", 20_000, {"level": 9}),
+    "default": ("alice29.txt", 8_000, {}),
+    "level1": ("alice29.txt", 8_000, {"level": 1}),
+    "level9": ("alice29.txt", 8_000, {"level": 9}),
     "fast": ("alice29.txt", 20_000, {"model": None, "hidden": 0}),
-    "online": ("alice29.txt", 20_000, {"model": None}),
+    "online": ("alice29.txt", 8_000, {"model": None}),
     "online-level1": ("enwik4", 10_000, {"model": None, "level": 1}),
-    "frames": ("alice29.txt", 40_000, {"frame_size": 16_384}),
-    "lanes": ("alice29.txt", 24_000, {"lanes": 4}),
+    "frames": ("alice29.txt", 12_000, {"frame_size": 4_096}),
+    "lanes": ("alice29.txt", 12_000, {"lanes": 4}),
     "online-lanes": ("enwik4", 10_000, {"model": None, "lanes": 3}),
-    "foreign": ("quijote_8k.txt", 24_000, {}),
-    "auto-online": ("hongloumeng_6k.txt", 18_000, {}),
+    "foreign": ("quijote_8k.txt", 16_384, {}),  # (`auto.AUTO_MIN`: the least it probes)
+    "auto-online": ("hongloumeng_6k.txt", 16_384, {}),
     "binary-fast": ("calgary_obj1", 21_504, {"model": None, "hidden": 0}),
 }
 
