@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import dyncompress
-from dyncompress.model import DEFAULT_MODEL
+from dyncompress.settings import DEFAULT_MODEL
 from dyncompress.model import find as find_model
 from dyncompress.settings import make_settings
 

@@ -47,12 +47,12 @@ from .container import (
     stream_digest,
 )
 from .errors import DyncompressError
-from .model import DEFAULT_MODEL, Model, ModelError
+from .model import Model, ModelError
 from .model import find as find_model
 from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
 from .predictor import predictor_record
 from .progress import Progress
-from .settings import AUTO_MODEL, Settings, default_device, default_threads, make_settings, usable_cores
+from .settings import AUTO_MODEL, DEFAULT_MODEL, Settings, default_device, default_threads, make_settings, usable_cores
 
 
 def resolve_model(model: str | Model | None) -> Model | None:

@@ -205,9 +205,9 @@ def eval_(
     """
     with loading():
         from .measure import ALL_ROWS as ROWS
-        from .measure import confirm as confirm_row
         from .measure import measure, row_settings
         from .measure import plot as draw
+        from .peers import confirm as confirm_row
 
     rows = [r.strip() for r in rules.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -474,7 +474,7 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
     as enwik8:test.
     """
     with loading():
-        from .measure import PEERS, bench_dyncompress, bench_peer
+        from .peers import PEERS, bench_dyncompress, bench_peer
 
     if online and model:
         raise click.UsageError("--online and --model contradict each other")

@@ -30,7 +30,6 @@ import torch
 
 from .errors import DyncompressError
 from .mlstm import MLSTMShape
-from .settings import DEFAULT_MODEL  # noqa: F401  (where users have looked for it)
 
 MAGIC = b"\x89DYNM\r\n\x1a"
 VERSION = 1

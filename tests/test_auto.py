@@ -17,7 +17,7 @@ from dyncompress.auto import (
 )
 from dyncompress.batch import encode_plan
 from dyncompress.container import parse_header
-from dyncompress.measure import round_trip
+from dyncompress.peers import round_trip
 from dyncompress.settings import DEFAULT_MODEL, DEFAULT_PRIOR, Settings
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned

@@ -9,7 +9,8 @@ import torch
 
 from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
-from dyncompress.measure import PEERS, Tally, bench_peer, confirm, measure, plot, row_settings, save_defaults, tune
+from dyncompress.measure import Tally, measure, plot, row_settings, save_defaults, tune
+from dyncompress.peers import PEERS, bench_peer, confirm
 from dyncompress.model import load, save
 from dyncompress.settings import LORA_OUT_DEFAULTS, MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 

@@ -11,7 +11,8 @@ import torch
 from conftest import CORPORA, TINY, corpus, run_cli
 from dyncompress import DyncompressError, compress, decompress
 from dyncompress.container import parse_header
-from dyncompress.model import DEFAULT_MODEL, Model, ModelError, from_bytes, load, save
+from dyncompress.model import Model, ModelError, from_bytes, load, save
+from dyncompress.settings import DEFAULT_MODEL
 from dyncompress.train import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parent.parent

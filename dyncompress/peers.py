@@ -1,0 +1,126 @@
+"""Coding for real and timing it, beside the peers: the classical compressors users compare with.
+
+`round_trip` encodes and decodes through the public API and never reports a size for a file that
+does not decode to its input; `confirm` turns a `measure.Measurement` into the sizes of a real file;
+`PEERS` are the compressors available as Python packages (zlib, bz2, lzma, PPMd, zstd, brotli),
+each timed the same way by `bench_peer`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .api import compress, iter_decompress
+from .auto import is_auto
+from .container import Block, Header, read_frames
+from .errors import DyncompressError
+from .measure import Measurement
+from .model import Model
+
+
+def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, float, float]:
+    """Encode, decode and compare: (the .dc bytes, encode seconds, decode seconds). A size is
+    never reported for a file that does not decode to its input."""
+    t0 = time.perf_counter()
+    blob = compress(data, model=model, progress=progress, **settings)
+    t1 = time.perf_counter()
+    start = None if is_auto(model) else model  # the header names the start
+    back = b"".join(iter_decompress(io.BytesIO(blob).read, progress, model=start))
+    t2 = time.perf_counter()
+    if back != data:
+        raise DyncompressError("the encoded file does not decode to the input")  # never: blocks are checksummed
+    return blob, t1 - t0, t2 - t1
+
+
+def confirm(data: bytes, m: Measurement, model: Model | None) -> dict:
+    """Encode (and decode) for real with the row's settings; sizes of the payloads and of the file."""
+    blob, seconds, _ = round_trip(data, model, settings=m.settings)
+    header = payload = 0
+    for frame in read_frames(io.BytesIO(blob).read):
+        if isinstance(frame, Header):
+            header = frame.size
+        elif isinstance(frame, Block):
+            payload += len(frame.payload)
+    return {
+        "estimate": m.payload_bytes,
+        "payload": payload,
+        "file": len(blob),
+        "header": header,
+        "framing": len(blob) - header - payload,
+        "seconds": seconds,
+    }
+
+
+# --- peers --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    module: str  # the Python package it needs
+    pack: Callable
+    unpack: Callable
+
+
+def _peers() -> list[Peer]:
+    import lzma
+
+    return [
+        Peer("zlib -9", "zlib", lambda m, d: m.compress(d, 9), lambda m, d: m.decompress(d)),
+        Peer("bz2 -9", "bz2", lambda m, d: m.compress(d, 9), lambda m, d: m.decompress(d)),
+        Peer(
+            "lzma -9e",
+            "lzma",
+            lambda m, d: m.compress(d, preset=9 | lzma.PRESET_EXTREME),
+            lambda m, d: m.decompress(d),
+        ),
+        Peer(  # 7-Zip's text method, the strongest classical text compressor (7z -m0=PPMd:o=6:mem=256m)
+            "PPMd o6",
+            "pyppmd",
+            lambda m, d: m.compress(d, max_order=6, mem_size=256 << 20),
+            lambda m, d: m.decompress(d, max_order=6, mem_size=256 << 20),
+        ),
+        Peer(
+            "zstd -19",
+            "zstandard",
+            lambda m, d: m.ZstdCompressor(level=19).compress(d),
+            lambda m, d: m.ZstdDecompressor().decompress(d),
+        ),
+        Peer("brotli -q 11", "brotli", lambda m, d: m.compress(d, quality=11), lambda m, d: m.decompress(d)),
+    ]
+
+
+PEERS = _peers()
+
+
+@dataclass
+class BenchRow:
+    name: str
+    size: int | None = None  # compressed bytes; None: skipped
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    note: str = ""
+
+
+def bench_peer(peer: Peer, data: bytes, importer=importlib.import_module) -> BenchRow:
+    try:
+        module = importer(peer.module)
+    except ImportError:
+        return BenchRow(peer.name, note=f"skipped: Python package {peer.module} not installed")
+    t0 = time.perf_counter()
+    packed = peer.pack(module, data)
+    t1 = time.perf_counter()
+    back = peer.unpack(module, packed)
+    t2 = time.perf_counter()
+    if back != data:
+        raise DyncompressError(f"{peer.name} did not round-trip")
+    return BenchRow(peer.name, len(packed), t1 - t0, t2 - t1)
+
+
+def bench_dyncompress(data: bytes, name: str, model, progress=None, **settings) -> BenchRow:
+    blob, encode_s, decode_s = round_trip(data, model, progress, **settings)
+    return BenchRow(name, len(blob), encode_s, decode_s)
