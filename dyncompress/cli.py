@@ -372,8 +372,10 @@ def main() -> None:
     """Lossless compression with a byte-level mLSTM that learns the text while it codes it.
 
     Every segment of coded bytes, encoder and decoder take the same gradient step,
-    so the model adapts to the file. Decoding needs the same kind of machine and
-    software (checked up front; every block is checksummed).
+    so the model adapts to the file. The coding computes in exact integer-valued
+    arithmetic: a file made on one machine decodes on any other (another CPU, a
+    GPU, any thread count). A self-test checks that up front, and every block is
+    checksummed.
     """
 
 

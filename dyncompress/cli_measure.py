@@ -155,9 +155,10 @@ def _knobs(**given) -> dict:
 @click.option(
     "-r",
     "--rules",
-    default=",".join(("static", "sgd", "rms", "rms-decay", "online")),
+    default="static,level,sgd,rms,rms-decay,online",
     show_default=True,
-    help="Rows to measure, comma separated: static, sgd, rms, rms-decay, online, and the cheaper "
+    help="Rows to measure, comma separated: static, level (what the level adapts, as encode codes it: "
+    "levels -3 ... -9 a rank-32 LoRA on W_out), sgd, rms, rms-decay (the whole network), online, and the cheaper "
     "adaptations sparse (rms-decay on a 256 x 256 matrix M on the hidden state, the network frozen), "
     "lora-4 and lora-32 (rms-decay on rank-4 / rank-32 factors added to W_mh, W_m and W_out, the "
     "network frozen), lora-out (rank 32 on W_out alone, in segments of 32: what levels -3 ... -9 adapt), "

@@ -46,7 +46,8 @@ VARIANTS: dict[str, dict] = {
     "sparse-tlm": dict(rule="rms-decay", sparse=SPARSE_K, tlm_bits=TLM_BITS),
     "lora-tlm": dict(rule="rms-decay", lora=32, tlm_bits=TLM_BITS),
 }
-ALL_ROWS = ROWS + tuple(VARIANTS)
+LEVEL_ROW = "level"  # what the level adapts, as `encode` codes it (levels -3 ... -9: LoRA on W_out)
+ALL_ROWS = (LEVEL_ROW, *ROWS, *VARIANTS)
 
 
 class Tally:
@@ -177,7 +178,12 @@ def _measure_block(codec: Codec, block: bytes, progress, positions: bool, parts:
 def row_settings(
     row: str, data_len: int, model: Model | None, level: int | None = None, **overrides
 ) -> tuple[Settings, Model | None]:
-    """Settings (and starting model) for one row of the table: a rule with `model`, or online."""
+    """Settings (and starting model) for one row of the table: a rule with `model`, online, or the
+    level as `encode` codes it with `model` (LEVEL_ROW: its own rule, LoRA factors and TLM)."""
+    if row == LEVEL_ROW:
+        if model is None:
+            raise DyncompressError(f"the {row} row needs a pretrained model")
+        return make_settings(level=level, size_hint=data_len, model=model, **overrides), model
     if row == "online":
         model = None
     elif model is None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+
 U4, U8, U16, U29, U31, U64 = np.uint64(4), np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
 MASK16 = np.uint64(0xFFFF)
 MASK8 = np.uint64(0xFF)

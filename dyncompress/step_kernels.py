@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+
 
 @njit(cache=True)
 def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound):

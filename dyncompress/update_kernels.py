@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
 from .mix_kernels import floor_log2
 
 GM_BOUND = float(1 << 26)  # |mean gradient| <= 1/4 per parameter (units 2^-28)

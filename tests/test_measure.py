@@ -231,3 +231,17 @@ def test_eval_rows_need_a_model_except_online():
         row_settings("rms", 1000, None)
     s, start = row_settings("online", 1000, None, **NET)
     assert start is None and s.adapt.rule == "rms"
+
+
+def test_eval_measures_by_default_what_the_level_adapts_as_encode_codes_it(model):
+    from dyncompress.cli_measure import eval_
+    from dyncompress.settings import make_settings
+
+    rules = next(p for p in eval_.params if p.name == "rules").default.split(",")
+    assert rules[:2] == ["static", "level"] and "online" in rules
+    for level in (None, 3, 9):
+        settings, start = row_settings("level", 50_000, model, level)
+        assert start is model and settings == make_settings(level=level, size_hint=50_000, model=model)
+        assert settings.adapt.lora == 32 and settings.adapt.lora_names == ("w_out",)  # the LoRA rule, not a whole-network row
+    with pytest.raises(DyncompressError, match="needs a pretrained model"):
+        row_settings("level", 50_000, None)

@@ -1,0 +1,89 @@
+"""numba's on-disk cache of the package's kernels, keyed on the sources of all of them.
+
+numba keeps a compiled kernel (`cache=True`) beside a stamp of the file the kernel is written in,
+and loads it again while that stamp holds. A kernel also compiles in the helpers it calls from
+other kernel modules (`update_kernels.segment_costs` inlines `mix_kernels.floor_log2`): a change
+to a helper's file alone would leave the kernels that use it loading their stale machine code.
+So every kernel of the package is stamped with the SHA-256 of all the kernel modules' sources
+(`KERNEL_MODULES`): a change to any of them recompiles every kernel once.
+
+`install()` puts `SourcesLocator` first in numba's list of cache locators. It answers only for
+functions written in this package's kernel modules (for any other function numba's own locators
+decide, as before), and places the cache where numba's own locator would (`NUMBA_CACHE_DIR`, the
+package's `__pycache__`, or the user's cache folder): it changes the stamp, nothing else. The
+kernel modules import this module first, so it is installed before their kernels are made.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+
+from numba.core import caching
+
+KERNEL_MODULES = ("mix_kernels", "step_kernels", "update_kernels")
+_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (its name before numba 0.61)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def kernel_files(folder: str = HERE) -> tuple[str, ...]:
+    return tuple(os.path.join(folder, name + ".py") for name in KERNEL_MODULES)
+
+
+@functools.cache
+def _hash(stats: tuple) -> bytes:
+    digest = hashlib.sha256()
+    for path, *_ in stats:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.digest()
+
+
+def sources_stamp(folder: str = HERE) -> bytes:
+    """The SHA-256 of the kernel modules' sources in `folder`, read again when one's size or
+    modification time changes."""
+    stats = tuple((path, os.stat(path).st_mtime_ns, os.stat(path).st_size) for path in kernel_files(folder))
+    return _hash(stats)
+
+
+class SourcesLocator(caching._CacheLocator):
+    """numba's own locator for a kernel of this package, with the stamp of all kernel sources."""
+
+    def __init__(self, inner: caching._CacheLocator, folder: str) -> None:
+        self._inner, self._folder = inner, folder
+
+    def ensure_cache_path(self) -> None:
+        self._inner.ensure_cache_path()
+
+    def get_cache_path(self) -> str:
+        return self._inner.get_cache_path()
+
+    def get_source_stamp(self) -> bytes:
+        return sources_stamp(self._folder)
+
+    def get_disambiguator(self) -> str:
+        return self._inner.get_disambiguator()
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        """A locator for a kernel of this package's kernel modules; None for any other function."""
+        name = os.path.splitext(os.path.basename(py_file))[0]
+        if name not in KERNEL_MODULES or (py_func.__module__ or "").rpartition(".")[0] != __package__:
+            return None
+        for other in _IMPL._locator_classes:
+            if other is not cls:
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner, os.path.dirname(os.path.abspath(py_file)))
+        return None
+
+
+def install() -> None:
+    """Put `SourcesLocator` first among numba's cache locators (once)."""
+    locators = _IMPL._locator_classes
+    if SourcesLocator not in locators:
+        locators.insert(0, SourcesLocator)
+
+
+install()
