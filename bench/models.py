@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 import dyncompress
-from dyncompress.settings import DEFAULT_MODEL
 from dyncompress.model import find as find_model
-from dyncompress.settings import make_settings
+from dyncompress.settings import DEFAULT_MODEL, make_settings
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 FILES = {

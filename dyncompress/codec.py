@@ -19,7 +19,6 @@ import hashlib
 import math
 
 import numpy as np
-import torch
 
 from . import split
 from .coder import Coder, Decoder, Encoder
@@ -71,19 +70,17 @@ class Codec:
 
     def code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None = None) -> None:
         """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
-        outside = torch.get_num_threads()
         # decided per block, not once: a codec made before a fork may code in the child (one run)
         threads = split.threads_allowed(self.s.threads)
         parts = split.parts_for(self.s.threads, self.s.lanes)
         if self.chooser is None or self.chooser.ways[0] != (parts, threads):
             self.chooser = split.Chooser(threads, parts)
-        try:
-            with split.threads_for(parts):
-                self._code_block(coder, tokens, length, progress)
-        finally:
-            torch.set_num_threads(outside)
+        with split.torch_threads() as set_torch_threads, split.threads_for(parts):
+            self._code_block(coder, tokens, length, progress, set_torch_threads)
 
-    def _code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None) -> None:
+    def _code_block(
+        self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None, set_torch_threads
+    ) -> None:
         steps, lens = lane_lengths(length, self.s.lanes)
         assert tokens.shape == (steps, self.s.lanes)
         active = (lens[None, :] > np.arange(steps)[:, None]).sum(axis=1)  # (steps,) lanes in play
@@ -93,7 +90,7 @@ class Codec:
             if chooser.way != way:  # threads or one: speed only, the bits are the same (`split.Chooser`)
                 way = chooser.way
                 self.predictor.set_parts(way[0])
-                torch.set_num_threads(way[1])
+                set_torch_threads(way[1])
             began = chooser.clock()
             for t in range(start, stop):
                 k = int(active[t])

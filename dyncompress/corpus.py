@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass, field
 from importlib import resources
 
+from . import environment
 from .errors import DyncompressError
 from .progress import Progress
 
@@ -90,7 +91,7 @@ class Manifest:
 
 def manifest_dirs() -> list[str]:
     """DYNCOMPRESS_CORPORA entries first, then the installed manifests."""
-    extra = [d for d in os.environ.get("DYNCOMPRESS_CORPORA", "").split(os.pathsep) if d]
+    extra = [d for d in environment.get("DYNCOMPRESS_CORPORA").split(os.pathsep) if d]
     return extra + [str(resources.files("dyncompress.corpora"))]
 
 
@@ -125,9 +126,9 @@ def manifest(name: str) -> Manifest:
 
 def cache_dir() -> str:
     """$DYNCOMPRESS_CACHE, else $XDG_CACHE_HOME/dyncompress, else ~/.cache/dyncompress."""
-    base = os.environ.get("DYNCOMPRESS_CACHE")
+    base = environment.get("DYNCOMPRESS_CACHE")
     if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        xdg = environment.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(xdg, "dyncompress")
     return os.path.join(base, "corpora")
 

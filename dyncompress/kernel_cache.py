@@ -50,6 +50,8 @@ def sources_stamp(folder: str = HERE) -> bytes:
 class SourcesLocator(caching._CacheLocator):
     """numba's own locator for a kernel of this package, with the stamp of all kernel sources."""
 
+    sources_stamped = True  # (marks this class in numba's list, also a copy from a re-import)
+
     def __init__(self, inner: caching._CacheLocator, folder: str) -> None:
         self._inner, self._folder = inner, folder
 
@@ -72,7 +74,7 @@ class SourcesLocator(caching._CacheLocator):
         if name not in KERNEL_MODULES or (py_func.__module__ or "").rpartition(".")[0] != __package__:
             return None
         for other in _IMPL._locator_classes:
-            if other is not cls:
+            if not getattr(other, "sources_stamped", False):
                 inner = other.from_function(py_func, py_file)
                 if inner is not None:
                     return cls(inner, os.path.dirname(os.path.abspath(py_file)))
@@ -80,10 +82,10 @@ class SourcesLocator(caching._CacheLocator):
 
 
 def install() -> None:
-    """Put `SourcesLocator` first among numba's cache locators (once)."""
+    """Put `SourcesLocator` first among numba's cache locators, in place of any earlier copy (the
+    module imported again)."""
     locators = _IMPL._locator_classes
-    if SourcesLocator not in locators:
-        locators.insert(0, SourcesLocator)
+    locators[:] = [SourcesLocator] + [c for c in locators if not getattr(c, "sources_stamped", False)]
 
 
 install()

@@ -28,6 +28,7 @@ from importlib import resources
 import numpy as np
 import torch
 
+from . import environment
 from .errors import DyncompressError
 from .mlstm import MLSTMShape
 
@@ -146,7 +147,7 @@ def save(model: Model, path: str, store: str = "float32") -> str:
 
 def search_dirs() -> list[str]:
     """Where names are looked up: DYNCOMPRESS_MODELS entries first, then the installed models."""
-    extra = [d for d in os.environ.get("DYNCOMPRESS_MODELS", "").split(os.pathsep) if d]
+    extra = [d for d in environment.get("DYNCOMPRESS_MODELS").split(os.pathsep) if d]
     return extra + [str(resources.files("dyncompress.models"))]
 
 

@@ -32,8 +32,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+
+from . import environment
 
 _started_by: int | None = None  # the process that started numba's threads for us (None: none yet)
 _usable: bool | None = None  # whether the layer it got splits well (None: not tried)
@@ -78,7 +81,7 @@ def _layer_usable() -> bool:
     # (numba's private state: where a later numba lacks it, nothing is split, nothing breaks)
     if getattr(parallel, "_is_initialized", True):  # started before us: perhaps in a parent before a fork
         return False
-    if "NUMBA_THREADING_LAYER" not in os.environ:
+    if not environment.given("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "omp"
     torch = sys.modules.get("torch")
     outside = torch.get_num_threads() if torch is not None else None
@@ -102,6 +105,32 @@ def parts_for(threads: int, lanes: int) -> int:
     import numba
 
     return max(1, min(threads, lanes, numba.config.NUMBA_NUM_THREADS))
+
+
+_torch_lock = threading.Lock()
+_torch_users = 0  # codings in this process that set torch's thread count now
+_torch_outside: int | None = None  # torch's count before the first of them set it
+
+
+@contextlib.contextmanager
+def torch_threads() -> Iterator[Callable[[int], None]]:
+    """torch's thread count (one for the whole process) is the coding's while any coding runs, and
+    the caller's again once the last one ends, however codings in several threads overlap. Yields
+    the setter a coding calls (speed only: the bits do not depend on it)."""
+    global _torch_users, _torch_outside
+    import torch
+
+    with _torch_lock:
+        if _torch_users == 0:
+            _torch_outside = torch.get_num_threads()
+        _torch_users += 1
+    try:
+        yield torch.set_num_threads
+    finally:
+        with _torch_lock:
+            _torch_users -= 1
+            if _torch_users == 0:
+                torch.set_num_threads(_torch_outside)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from . import environment
+
 KERNELS = ("mix_kernels", "step_kernels", "update_kernels")  # the modules numba caches (cache=True)
 KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child compiles
 SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
@@ -53,8 +55,8 @@ def _version(name: str) -> str:
 
 def _folder() -> str | None:
     """Where the stamp goes: numba's cache folder, as numba picks it (None: nowhere writable)."""
-    given = os.environ.get("NUMBA_CACHE_DIR")
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    given = environment.get("NUMBA_CACHE_DIR")
+    home = environment.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     for folder in [given] if given else [os.path.join(_HERE, "__pycache__"), os.path.join(home, "dyncompress")]:
         try:
             os.makedirs(folder, exist_ok=True)
@@ -73,7 +75,7 @@ def stamp_path(kind: str) -> str | None:
     from . import __version__
 
     parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
-    parts += [os.environ.get(name, "") for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
+    parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
     for name in KERNELS:
         st = os.stat(os.path.join(_HERE, name + ".py"))
         parts += [name, st.st_size, st.st_mtime_ns]
@@ -87,9 +89,9 @@ def compile_ahead(kind: str, notice: bool) -> str:
     without this module) or "skipped". Ctrl-C stops the child too, and leaves no stamp; a child that
     failed otherwise leaves one all the same, so that a failure that would repeat (a machine short
     of memory, a missing default model) does not cost every later command a child's start."""
-    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or not sys.executable:
+    if environment.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or not sys.executable:
         return "skipped"
-    if os.environ.get("DYNCOMPRESS_COMPILE_AHEAD", "1") == "0":  # (no child: the command compiles, as before)
+    if environment.get("DYNCOMPRESS_COMPILE_AHEAD", "1") == "0":  # (no child: the command compiles, as before)
         return "skipped"
     try:
         stamp = stamp_path(kind)

@@ -43,6 +43,16 @@ def split_started() -> None:
     split.parts_for(2, 2)
 
 
+def needs_split() -> None:
+    """Skip, saying why, where a step's lanes are never split over two threads: numba has no OpenMP
+    or TBB threading layer here, or fewer than two threads."""
+    from dyncompress import split
+
+    split_started()
+    if split.parts_for(2, 4) != 2:
+        pytest.skip("the lanes are never split here: numba has no OpenMP or TBB layer, or fewer than two threads")
+
+
 def rewrite_header(packed: bytes, edit) -> bytes:
     """The stream with its header edited (and its end marker's stream length set to match)."""
     meta, end = parse_header(packed)

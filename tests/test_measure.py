@@ -10,8 +10,8 @@ import torch
 from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
 from dyncompress.measure import Tally, measure, plot, row_settings, save_defaults, tune
-from dyncompress.peers import PEERS, bench_peer, confirm
 from dyncompress.model import load, save
+from dyncompress.peers import PEERS, bench_peer, confirm
 from dyncompress.settings import LORA_OUT_DEFAULTS, MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
@@ -242,6 +242,8 @@ def test_eval_measures_by_default_what_the_level_adapts_as_encode_codes_it(model
     for level in (None, 3, 9):
         settings, start = row_settings("level", 50_000, model, level)
         assert start is model and settings == make_settings(level=level, size_hint=50_000, model=model)
-        assert settings.adapt.lora == 32 and settings.adapt.lora_names == ("w_out",)  # the LoRA rule, not a whole-network row
+        assert settings.adapt.lora == 32 and settings.adapt.lora_names == (
+            "w_out",
+        )  # the LoRA rule, not a whole-network row
     with pytest.raises(DyncompressError, match="needs a pretrained model"):
         row_settings("level", 50_000, None)

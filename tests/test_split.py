@@ -1,8 +1,6 @@
 """The split of a step's lanes over threads, and the measuring that decides whether it runs."""
 
-import pytest
-
-from conftest import corpus, rewrite_header, split_started
+from conftest import corpus, needs_split, rewrite_header
 from dyncompress import compress, decompress, split
 
 
@@ -81,9 +79,7 @@ class Alternating(split.Chooser):
 
 
 def test_switching_between_threads_and_one_thread_changes_no_bit(monkeypatch):
-    split_started()
-    if split.parts_for(2, 4) != 2:
-        pytest.skip("numba has no OpenMP or TBB threading layer here: the lanes are never split")
+    needs_split()
     data = corpus("alice29.txt")[:12000]
     one = compress(data, threads=1, lanes=4, segment_len=8)
     monkeypatch.setattr(split, "Chooser", Alternating)
