@@ -1,0 +1,115 @@
+"""Coding speed and peak memory of two versions side by side, in one run, and whether they write the
+same bytes.
+
+    python bench/speed.py OLD_TREE [--files enwik6 alice29 slice] [--levels default fast 1] [--rounds 1]
+
+OLD_TREE is a source tree of the other version (`git worktree add /tmp/old main`); the new one is
+this checkout. Each case is `dyncompress encode` and `decode` of one file at one level in a fresh
+process, the versions alternating, the median of `--rounds`; peak RSS is the process's own
+(`os.wait4`). Both versions first code a small input each way, so that neither pays for compiling
+its kernels in the timed runs. Files: `enwik6` (the first 10^6 bytes of enwik8), `slice` (enwik8
+[3.0M, 3.5M)), `alice29` (corpora/), from the shared corpora folder beside the repository or any path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
+FILES = {
+    "enwik6": lambda: ENWIK8.read_bytes()[:1_000_000],
+    "slice": lambda: ENWIK8.read_bytes()[3_000_000:3_500_000],
+    "alice29": lambda: (ROOT / "corpora" / "alice29.txt").read_bytes(),
+}
+LEVELS = {"default": [], "fast": ["--fast"], "1": ["-1"], "9": ["-9"], "online": ["--online"]}
+
+
+def run(tree: str, args: list[str]) -> tuple[float, int]:
+    """`python -m dyncompress ARGS` with `tree` first on the path: (seconds, peak RSS in MB)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "dyncompress", *args], env=env, cwd="/", stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - started
+    err = child.stderr.read().decode()
+    child.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{tree}: dyncompress {' '.join(args)} failed: {err[-500:]}")
+    return seconds, usage.ru_maxrss // 1024
+
+
+def payload_digest(path: Path) -> str:
+    """The payloads' hash (the header records who coded: versions differ there by design)."""
+    from dyncompress.container import Block, read_frames
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for item in read_frames(f.read):
+            if isinstance(item, Block):
+                digest.update(item.payload)
+    return digest.hexdigest()[:12]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("old", help="source tree of the other version")
+    ap.add_argument("--files", nargs="+", default=list(FILES), help="enwik6, slice, alice29 or paths")
+    ap.add_argument("--levels", nargs="+", default=["default", "fast", "1"], choices=list(LEVELS))
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    trees = {"old": str(Path(a.old).resolve()), "new": str(ROOT)}
+    print(f"cores {os.cpu_count()}; {a.rounds} round(s), median; kB/s = input bytes / wall seconds / 1000")
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = Path(tmp) / "warm"
+        warm.write_bytes(FILES["alice29"]()[:20_000])
+        for tree in trees.values():  # each version compiles its kernels (and stamps them) before timing
+            for level in a.levels:
+                run(tree, ["encode", "-f", "-q", *LEVELS[level], "-o", str(warm) + ".dc", str(warm)])
+                run(tree, ["decode", "-f", "-q", "-o", str(warm) + ".out", str(warm) + ".dc"])
+        head = f"{'file':8} {'level':8} {'bytes':>10} | {'encode kB/s old':>15} {'new':>6} {'new/old':>7} |"
+        print(head + f" {'decode kB/s old':>15} {'new':>6} {'new/old':>7} | {'RSS MB old':>10} {'new':>5} | payload")
+        for file in a.files:
+            data = FILES[file]() if file in FILES else Path(file).read_bytes()
+            src = Path(tmp) / Path(file).name
+            src.write_bytes(data)
+            for level in a.levels:
+                enc: dict[str, list] = {"old": [], "new": []}
+                dec: dict[str, list] = {"old": [], "new": []}
+                rss: dict[str, int] = {"old": 0, "new": 0}
+                digests = {}
+                for _ in range(a.rounds):
+                    for name, tree in trees.items():
+                        packed, out = Path(tmp) / f"{name}.dc", Path(tmp) / f"{name}.out"
+                        s, m = run(tree, ["encode", "-f", "-q", *LEVELS[level], "-o", str(packed), str(src)])
+                        enc[name].append(s)
+                        rss[name] = max(rss[name], m)
+                        s, m = run(tree, ["decode", "-f", "-q", "-o", str(out), str(packed)])
+                        dec[name].append(s)
+                        rss[name] = max(rss[name], m)
+                        assert out.read_bytes() == data, f"{name} did not round-trip {file} at {level}"
+                        digests[name] = payload_digest(packed)
+                speed = {
+                    k: {n: len(data) / 1000 / statistics.median(v[n]) for n in v} for k, v in (("e", enc), ("d", dec))
+                }
+                same = "same" if digests["old"] == digests["new"] else "DIFFERENT"
+                e, d = speed["e"], speed["d"]
+                print(
+                    f"{Path(file).name[:8]:8} {level:8} {len(data):>10,} | {e['old']:>15.1f} {e['new']:>6.1f} "
+                    f"{e['new'] / e['old']:>7.2f} | {d['old']:>15.1f} {d['new']:>6.1f} {d['new'] / d['old']:>7.2f} | "
+                    f"{rss['old']:>10} {rss['new']:>5} | {same}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
