@@ -150,6 +150,9 @@ def threads_for(parts: int) -> Iterator[None]:
         numba.set_num_threads(outside)
 
 
+FIRST_WAIT = 4  # windows before the first trial of the other way (`Chooser`)
+
+
 class Chooser:
     """How the next segments run: on `threads` threads (their lanes in `parts` runs, torch's matrix
     products on `threads`) or on one, chosen by measuring.
@@ -157,21 +160,22 @@ class Chooser:
     The coding loop asks `way` before each segment and reports the segment's steps and seconds
     (`measured`). Time is counted in windows of at least `window_s` seconds (and two segments), each
     in one way; a window's seconds per step is that way's speed now. The way in use (first: the
-    threads) is kept while it is the faster; the other is tried for one window after 1, 2, 4, ... up
-    to `max_wait` windows while it keeps losing, and at once when the way in use slows down by half
+    threads) is kept while it is the faster; the other is tried for one window after 4, 8, 16, ... up
+    to `max_wait` windows while it keeps losing (so a trial costs a few per cent of the time at
+    first and under one per cent later), and at once when the way in use slows down by half
     (another process started). With one thread nothing is measured. The choice changes speed only,
     never a bit: every lane's arithmetic is its own in any thread, and so is every matrix product's
     (exact arithmetic).
     """
 
-    def __init__(self, threads: int, parts: int, window_s: float = 0.05, max_wait: int = 64,
+    def __init__(self, threads: int, parts: int, window_s: float = 0.05, max_wait: int = 128,
                  clock: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
         self.ways = ((parts, threads), (1, 1)) if threads > 1 else ((1, 1),)  # (parts, torch's threads)
         self.window_s, self.max_wait, self.clock = window_s, max_wait, clock
         self.using = 0  # index into ways: the way kept
         self.trying = 0  # the way this window runs
         self.speed: list[float | None] = [None] * len(self.ways)  # seconds per step, the last window of each
-        self.wait, self.countdown = 1, 1  # windows before the other way is tried again
+        self.wait = self.countdown = FIRST_WAIT  # windows before the other way is tried again
         self._seconds = 0.0
         self._steps = self._segments = 0
 
@@ -194,13 +198,13 @@ class Chooser:
         before, self.speed[way] = self.speed[way], rate
         if way != self.using:  # a trial of the other way: it takes over if faster now
             if rate < self.speed[self.using]:
-                self.using, self.wait = way, 1
+                self.using, self.wait = way, FIRST_WAIT
             else:
                 self.wait = min(2 * self.wait, self.max_wait)
             self.trying, self.countdown = self.using, self.wait
             return
         if before is not None and rate > 1.5 * before:  # slowed down: the other way may be faster now
-            self.wait, self.countdown = 1, 0
+            self.wait, self.countdown = FIRST_WAIT, 0
         self.countdown -= 1
         if self.countdown <= 0:
             self.trying = 1 - self.using
