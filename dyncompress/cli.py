@@ -379,6 +379,8 @@ def main() -> None:
     """
 
 
+# --fast's speed, the same words in --help and README.md (test_cli checks): BENCHMARKS.md, bench/speed.py
+FAST_SPEED = "about 5 times the default level's speed (enwik6 from the command line on 2 cores: 95-110 kB/s)"
 D = Settings()
 TRAIN = TrainConfig()
 MODEL_HELP = (
@@ -433,8 +435,8 @@ MODEL_HELP = (
 @click.option(
     "--fast",
     is_flag=True,
-    help="No network: the byte statistics and their mixer alone, about 6 times the default level's speed "
-    "(130-190 kB/s on 2 cores), smaller than xz -9e and PPMd on text. A level of its own.",
+    help=f"No network: the byte statistics and their mixer alone, {FAST_SPEED}, smaller than xz -9e and PPMd on "
+    "text. A level of its own.",
 )
 @knob(
     "--rule",
@@ -521,7 +523,7 @@ def encode(
     A small input gets fewer lanes (one per 40 kB), and the frames of a longer
     input three quarters of the level's. With --online the level picks the
     network's size instead. --fast codes without a network: the
-    byte statistics and their mixer alone, about 6 times faster.
+    byte statistics and their mixer alone, about 5 times faster.
     """
     opts = _options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}

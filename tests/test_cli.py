@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -358,3 +359,12 @@ def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_
         assert gc.get_freeze_count() == frozen, len(later)  # a second freeze would have taken them
     finally:
         gc.unfreeze()
+
+
+def test_fast_speed_is_said_in_the_same_words_in_help_and_readme():
+    from dyncompress.cli import FAST_SPEED, encode
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    fast = next(p for p in encode.params if p.name == "fast")
+    assert FAST_SPEED in fast.help and FAST_SPEED in " ".join(readme.split())
+    assert "about 5 times faster" in encode.help
