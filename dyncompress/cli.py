@@ -484,7 +484,8 @@ MODEL_HELP = (
 @knob(
     "-T",
     click.IntRange(1, 256),
-    "CPU threads while coding [the usable cores, at most 4]. Speed only: any number gives the same bytes.",
+    "CPU threads while coding, at most [the usable cores, at most 4]: the coding measures as it goes whether "
+    "they pay, and runs on one where they do not (few lanes, a busy machine). Any number gives the same bytes.",
     "--threads",
 )
 @knob(
@@ -746,7 +747,8 @@ class _Prefixed:
     "-T",
     "--threads",
     type=click.IntRange(1, 256),
-    help="CPU threads [the usable cores, at most 4]. Any number gives the same bytes.",
+    help="CPU threads, at most [the usable cores, at most 4]: used where they pay (measured as it goes). "
+    "Any number gives the same bytes.",
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Where to decode [cuda when available, else cpu].")
 @workers_option
