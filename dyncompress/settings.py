@@ -37,7 +37,7 @@ MAX_LORA_RANK = 64
 MAX_RATE_HALF = 1 << 24  # steps
 LORA_MATRICES = ("w_mh", "w_m", "w_out")  # the matrices LoRA can adapt, in the side weights' order
 # Independent frames: every frame of the input starts from the model (or the online seed) afresh,
-# so frames code and decode in parallel and alone. Chosen by measurement (BENCHMARKS.md, frames).
+# so frames code and decode in parallel and alone.
 FRAME_SIZE = 1 << 22
 DEVICES = ("cpu", "cuda")
 
@@ -48,7 +48,7 @@ class AdaptSettings:
 
     rule: str = "rms"
     lr: float = 3e-3
-    beta1: float = 0.0  # momentum hurt online learning in every measurement (BENCHMARKS.md)
+    beta1: float = 0.0  # momentum (0: none)
     beta2: float = 0.99
     eps: float = 1e-8
     decay: float = 1e-4  # lambda of rms-decay; the other rules ignore it
@@ -73,10 +73,8 @@ class AdaptSettings:
     tlm_relative: float = 0.0
     # The rate of the rule's steps on the stream (online mode's network, LoRA's factors, sparse's
     # matrix: the weights a calibrated RMS_g does not cover) at its t-th step: lr H / (H + t), halved
-    # after H = rate_half steps (0: lr throughout, as files made before 2026-12-05 night). Adapting
-    # at a constant rate, the LoRA factors drift on a long input: the whole of Don Quijote (2.2 MB)
-    # coded 2 % smaller with the network not adapted at all than at the default's rate; at H = 2000
-    # 1.5 % smaller, the other long texts 0.2 ... 0.5 % (BENCHMARKS.md, 2026-12-05, night).
+    # after H = rate_half steps (0: lr throughout). Why it falls: at a constant rate the LoRA factors
+    # drift on a long input.
     rate_half: int = 2000
 
     def __post_init__(self) -> None:
@@ -122,7 +120,7 @@ class AdaptSettings:
 
 EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column", "wrap")
 ALL_EXPERTS = ",".join(EXPERTS)
-BEFORE_WRAP = ",".join(name for name in EXPERTS if name != "wrap")  # every expert before 2026-12-05's wrap
+BEFORE_WRAP = ",".join(name for name in EXPERTS if name != "wrap")  # the experts of the priors made before wrap
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
 # experts are these, online mode's from ONLINE_PRIOR; the fast level (no network) and other experts
@@ -142,24 +140,13 @@ MIX_PRIORS = {
 # priors before them hold the six sets before the kinds set, and the rows after start at zero.
 PRIOR_SETS = {"text5": (7, True), "text6": (7, True)}
 NARROWER = {"text5": "text4", "text6": "text4"}
-# text2 (2026-12-04): 1.9 MB of training text coded at the LoRA default, against text1's 900 kB at
-# the default before: ten texts -0.05 % (nine smaller or the same, German +0.05 %), enwik8's 3.5 MB
-# head -0.04 %, its two halves coded alone -0.09 %. text3 (2026-12-04): text2's rows, each starting
-# at the rate it had learned down to (its step count, at most 128; `bench/mixer_prior.py`): eight
-# texts of 150 kB 0.09 ... 1.2 % smaller, enwik8's 3.5 MB head 0.08 %. text1 and text2 stay for the
-# files that name them. text4 and online2 (2026-12-05): text3's and online1's rows widened for the
-# wrap table (`mix.widen_prior`: its weights start as the column table's). text5 and text6
-# (2026-12-05, afternoon): made at that day's default with every expert and every weight set (the
-# kinds and state sets had started at zero), each row the mean over the codings that chose it
-# (`bench/mixer_prior.py`); text5 from text2's sources (enwik6 -0.03 %, alice29 -0.14 %, garrett
-# -0.16 %), text6 from those and 300 kB of each of the model's training texts in Portuguese,
-# Italian, German, French and Russian, which `auto` chooses for text in other languages than
-# English (`auto.FOREIGN_PRIOR`: garrett 0.5 % smaller, 10.3 % under PPMd; BENCHMARKS.md).
+# text5: learned at the default with every expert and weight set, each row the mean over the codings
+# that chose it (`bench/mixer_prior.py`), on English prose and Wikipedia; text6: the same with the
+# model's training text in Portuguese, Italian, German, French and Russian added, which `auto` chooses
+# for text in other languages than English (`auto.FOREIGN_PRIOR`). text1 ... text4 stay for the files
+# that name them.
 DEFAULT_PRIOR = "text5"
-# Online mode's (2026-12-04): learned in online mode (a random network) on 200 kB each of Chinese,
-# Japanese and German, with text3's settled rates; 100 kB of other Chinese and Japanese texts
-# 0.7 ... 1.0 % smaller, alice29 0.3 %, calgary/pic, geo, Russian, news within 0.1 %, calgary/obj2
-# 0.5 % larger (BENCHMARKS.md). Before, online mode started from the hand-set weights.
+# Online mode's: learned in online mode (a random network) on Chinese, Japanese and German text.
 ONLINE_PRIOR = "online2"
 
 
@@ -172,52 +159,39 @@ class MixSettings:
     table_bits: int = 19  # rows of each hashed context table: 2^table_bits (17 before slots)
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before match_bits have
-    # it). 2^17 slots for 8 MB of history forgot most of it: enwik8's 3.5 MB head 0.49 % smaller with
-    # 2^20 shared slots; 2^19 keeps the default's tables under 256 MB (BENCHMARKS.md, 2026-12-04)
+    # it); 2^19 keeps the default's tables under 256 MB
     match_bits: int = 19
     # a second half of the match table where every lane files under its own salt, looked up first (a
-    # repeat in the lane's own text wins): enwik8's head 0.27 % smaller with 2^20 slots, alice29,
-    # book1, Austen, German 0.04 ... 0.08 % (False: files made before match_lane)
+    # repeat in the lane's own text wins; False: files made before match_lane)
     match_lane: bool = True
     # a hashed context's row: this many (byte, count) pairs (0: a count for every byte, as files made
-    # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB, as 256
-    # counts and 2^17 rows did: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per byte (`mix`)
+    # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB
     slots: int = 30
     # the rows a hashed context may take (`mix_kernels.choose_rows`): the `ways` rows of its aligned
     # group; a new context takes the one whose counts sum least (1: its own, as files made before ways
-    # have it); a row that starts afresh halves the group's other rows' counts (`count_bytes`). The
-    # whole of Don Quijote (2.2 MB) 1.7675 -> 1.7488 bits per byte with 4 (1.7415 without the ageing,
-    # which cost enwik8's 3.5 MB head 0.34 %; with it the head is 0.06 % smaller), every whole text
-    # of 111 kB ... 2.5 MB 0.1 ... 1.1 % smaller (calgary/obj2 +0.08 %; BENCHMARKS.md, 2026-12-05)
+    # have it); a row that starts afresh halves the group's other rows' counts (`count_bytes`)
     ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
-    # the rate the mixer's weight rows settle at (they start 16 times higher); 0.0005 before classes
-    # (with seven classes 0.0004 and 0.0005 cost the whole of Don Quijote 1.0 and 1.75 %, 0.0003 0.3 %)
+    # the mixer's learning rate: its weight rows start at 16 times it and come down to mix_floor
     mix_lr: float = 0.0003
     # the rate a weight row settles at, as it keeps coming down from 16 mix_lr with its steps (0: mix_lr,
-    # as files made before it have it: a row reached it after ~1,000 steps; at 0.00015, after ~2,000).
-    # The whole of Don Quijote (2.2 MB) 1.7489 -> 1.7304 bits per byte, derzhavin -0.7 %,
-    # hongloumeng -0.2 %, texts of 110 ... 310 kB within +-0.07 %, calgary/obj2 +0.5 % (BENCHMARKS.md, 2026-12-05)
+    # as files made before it have it)
     mix_floor: float = 0.00015
-    # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged
-    # (alice29 0.3 % smaller than one); 1: one (the fast level: faster, `FAST`)
+    # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged;
+    # 1: one (the fast level: faster, `FAST`)
     mixers: int = 2
     # 7: a weight for every input and class of the byte it weighs (digits, capitals, small letters,
-    # UTF-8's continuation bytes, two kinds of lead bytes, the rest; `mix.byte_classes`); 1: one.
-    # Whole texts of 110 ... 750 kB 0.4 ... 1.6 % smaller at the default (Chinese and Japanese most),
-    # Don Quijote (2.2 MB) 0.3 % larger (BENCHMARKS.md, 2026-12-04); the fast level keeps 1 (7 cost it
-    # a quarter of its speed)
+    # UTF-8's continuation bytes, two kinds of lead bytes, the rest; `mix.byte_classes`); 1: one (the
+    # fast level: seven cost it a quarter of its speed)
     classes: int = 7
     # the mixer's seventh weight set, chosen by the kinds of the last `kinds` bytes (space, small letter,
     # capital, UTF-8 lead or continuation byte, digit, line end, control, punctuation:
-    # `mix_kernels.fine_kind`); 0: none, as files made before it have it. Its rows start at zero (the
-    # priors are the six sets' before it). enwik6 0.95 % smaller, whole texts 0.2 ... 0.8 % (Don
-    # Quijote 0.05 % larger; BENCHMARKS.md, 2026-12-05)
+    # `mix_kernels.fine_kind`); 0: none, as files made before it have it. Its rows start at zero where
+    # a prior lacks them
     kinds: int = 7
     # the mixer's eighth weight set (after the kinds set), a row for every match state (none, or the kind of
     # the byte it predicts with its length bucket), highest order seen and kind of the last byte (`mix`);
-    # False: none, as files made before it have it. Its rows start at zero, like the kinds set's. European
-    # novels 0.1 ... 0.3 % smaller, calgary/obj2 0.3 %, Japanese 0.05 % (BENCHMARKS.md, 2026-12-05)
+    # False: none, as files made before it have it. Its rows start at zero, like the kinds set's
     state_set: bool = True
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
@@ -374,33 +348,22 @@ def _apply(base, overrides: dict):
 
 # --- levels ---------------------------------------------------------------------------
 
-# -9 may use more memory than the default: twice the count rows (433 MiB of tables at most, for an
-# input of 128 KiB or more, against 253; the whole of Don Quijote, 2.2 MB, at the default's
-# other settings 1.7589 -> 1.7478 bits per byte)
+# -9's count tables: twice the default's rows (433 MiB of tables at most, against 253)
 NINE_TABLE_BITS = 20
 
-# Online mode (no model): levels trade ratio for speed like xz/zstd -1 ... -9. Rebuilt 2026-12-05
-# from enwik6 (`compress(model=None, ...)`, bits per byte with the header, kB/s on an AMD EPYC with
-# 2 cores, one run each; BENCHMARKS.md): with the byte statistics mixed in, their cost per byte puts
-# a floor under the time (hidden 64, 96 and 128 in segments of 64 all code at 38 ... 40 kB/s), and a
-# longer segment is faster and about as good (hidden 256: segments of 16 12.6 kB/s 1.7810, of 32
-# 15.9 / 1.7774, of 64 22.5 / 1.7827; hidden 128: 23.1 / 1.7921, 34.2 / 1.7862, 37.7 / 1.7867). The
-# default (-6), 128 units in segments of 64 at 3e-3, codes enwik6 3 times as fast as 256 units in
-# segments of 16 for 0.3 % more, and alice29 4 times as fast for 0.25 % more; 256 units, as before,
-# were slower than release 0.2.0's online mode (which had no statistics to run). `auto`'s online
-# start keeps segments of 32 (`auto.ONLINE`: smaller on Japanese and Chinese text).
-# -1 also runs the statistics as the fast level does (no APM, one mixer, one class, each context in
-# its own row: `FAST`, where each is measured): enwik6 57.3 -> 81.1 kB/s for 1.7996 -> 1.8352, alice29
-# 20.0 kB/s 1.9302. Its one mixer keeps mix_lr (at the fast level's 3/4 more: 1.8363, 1.9326).
+# Online mode (no model): levels trade ratio for speed like xz/zstd -1 ... -9: the network's size,
+# lanes and segment length. `auto`'s online start keeps segments of 32 (`auto.ONLINE`). -1 also runs
+# the statistics as the fast level does (LIGHT: no APM, one mixer, one class, each context in its own
+# row), at its own mix_lr.
 LIGHT = dict(experts=",".join(name for name in EXPERTS if name != "apm"), mixers=1, classes=1, ways=1)
 LEVELS: dict[int, dict] = {
-    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),  # 81.1 kB/s, 1.8352 (57.3, 1.7996 in full)
+    1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),
     2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),  # 38.9 kB/s, 1.7938
-    3: dict(hidden=96, lanes=32, segment_len=64, lr=3e-3),  # 51.6 kB/s, 1.7979
+    3: dict(hidden=96, lanes=32, segment_len=64, lr=3e-3),
     4: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),  # 39.3 kB/s, 1.7896
-    5: dict(hidden=96, lanes=16, segment_len=32, lr=3e-3),  # 35.6 kB/s, 1.7855
+    5: dict(hidden=96, lanes=16, segment_len=32, lr=3e-3),
     6: dict(hidden=128, lanes=16, segment_len=64, lr=3e-3),  # 37.7 kB/s, 1.7867
-    7: dict(hidden=192, lanes=16, segment_len=32, lr=2e-3),  # 20.6 kB/s, 1.7778
+    7: dict(hidden=192, lanes=16, segment_len=32, lr=2e-3),
     8: dict(hidden=384, lanes=16, segment_len=32, lr=1e-3),  # 10.0 kB/s, 1.7724
     9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3, table_bits=NINE_TABLE_BITS),
 }
@@ -409,13 +372,8 @@ DEFAULT_LEVEL = 6
 # Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
 # only); -3 ... -9 adapt rank-32 LoRA factors on W_out alone (OUT_LORA: no pass back through the
 # steps, so a segment's update costs little), with fewer lanes (more gradient steps per lane, a
-# longer history for each lane's match model) and shorter segments as the level rises. Measured on
-# 300 kB of enwik8 [2.5M, ...) (bits per byte, kB/s; BENCHMARKS.md, issue 12, 2026-12-04): 16 lanes
-# 1.8486 / 29.5 (segments of 64) and 1.8475 / 29.1 (32), 8 lanes 1.8395 / 24.8 and 1.8384 / 24.2,
-# 4 lanes 1.8225 / 17.7, 2 lanes 1.8018 / 11.2, 1 lane 1.7805 / 6.5. The levels before them adapted
-# the whole network, skipping segments by TLM: 8 lanes at 1.1 (then -6) 1.8434 / 20.9, at 1.0
-# 1.8406 / 17.6; 4 lanes at 1.0 1.8274 / 12.1, on every segment 1.8207 / 8.6; each is beaten by a
-# LoRA level on both counts. An explicit rule (--rule, eval's rows) adapts the whole network.
+# longer history for each lane's match model) and shorter segments as the level rises. An explicit
+# rule (--rule, eval's rows) adapts the whole network.
 OUT_LORA = dict(lora=32, lora_on="w_out")
 MODEL_LEVELS: dict[int, dict] = {
     1: dict(rule="static", lanes=32, segment_len=16),
@@ -434,44 +392,26 @@ MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay
 # enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
 RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
 # With experts mixed in, the network's step descends the mixture's code length and wants a smaller
-# rate than the model records for coding alone: these factors on enwiki-h256's rms-decay (lr 2e-4,
-# decay 1e-5 -> 7e-5, 1e-4) gave alice29 1.7507 -> 1.7286, 300 kB of enwik6 1.7246 -> 1.7187
-# (200 kB of enwik8 [3.0M, ...) 2.0323 -> 2.0354); BENCHMARKS.md, format 3.
+# rate than the model records for coding alone: these factors on the model's rms-decay.
 MIXED_FACTORS: dict[str, dict] = {"rms-decay": dict(lr=0.35, decay=10.0)}
 
 # Sparse dynamic evaluation's matrix is adapted with RMSprop statistics gathered on the stream (the
-# model's MS_g covers its own weights only): a rate of its own. On 100 kB of enwik8 [3.0M, ...)
-# (network alone) k = 256 at 3e-4 kept 68 % of full rms-decay's gain; 1e-4 ... 3e-3 and k = 64 ...
-# 192 less (BENCHMARKS.md, cheaper adaptations).
+# model's MS_g covers its own weights only): a rate of its own.
 SPARSE_DEFAULTS = dict(lr=3e-4)
-# LoRA's factors likewise. On 100 kB of enwik8 [3.0M, ...) (network alone) rank 32 at 1e-3 kept 93 % of
-# full rms-decay's gain (rank 64 at 5e-4: 96 %, rank 16 at 1e-3: 83 %, rank 4 at 3e-3: 66 %; 1e-2
-# diverged); with the experts mixed in rank 32 at 1e-3 matched full, and rank 4 did best at 1e-3 too.
+# LoRA's factors likewise.
 LORA_DEFAULTS = dict(lr=1e-3)
-# On W_out alone (the levels' OUT_LORA), in segments of 32, with the experts: 2.5e-3 (300 kB of enwik8
-# [2.5M, ...), alice29, 100 kB of book1: 69,116 / 32,367 / 26,278 bytes; 2e-3: 69,128 / 32,360 / 26,277;
-# 3e-3: 69,111 / 32,387 / 26,289; 5e-3: 69,203 / 33,001 / 26,400; rank 16 and 64 no better)
+# On W_out alone (the levels' OUT_LORA), in segments of 32, with the experts.
 LORA_OUT_DEFAULTS = dict(lr=2.5e-3)
 FROZEN_NEEDS_MODEL = "sparse and LoRA adaptation adapt a pretrained model; online mode learns the whole network"
 
-# A lane per 40 kB at least (32 kB before, 2026-12-04: alice29 4 -> 3 lanes 1.7026 -> 1.6997 bits
-# per byte, book1's first 100 kB 3 -> 2 lanes -0.16 %, 300 kB of enwik8 8 -> 7 lanes -0.18 %, for
-# 15 % more time on these; 48 kB gained no more and cost asyoulik.txt 0.4 %).
+# A lane per 40 kB of input at least: a lane needs enough bytes to adapt on.
 MIN_LANE_BYTES = 40 * 1024
 
 # The fast level (`encode --fast`, hidden 0): no network, the byte statistics and their mixer alone.
-# More lanes cost the statistics little (300 kB of enwik8: 16 lanes 2.020 bits per byte, 64 lanes
-# 2.035) and let a step's lanes split over the threads: one lane per FAST_LANE_BYTES, at most 64.
-# Every expert but the APM: it saves 0.5 % (alice29 2.0149 -> 2.0057 bits per byte, the enwik8
-# slice 2.2148 -> 2.2051) and halves the speed (136 -> 64 and 145 -> 96 kB/s; BENCHMARKS.md).
-# The wrap table too (2026-12-05): alice29 -0.63 %, freud -0.68 %, 1 MB of Don Quijote -0.56 %, enwik6
-# -0.10 %, at a speed within this machine's noise (warm `compress`, two rounds alternated: 1 ... 7 %).
+# More lanes cost the statistics little and let a step's lanes split over the threads: one lane per
+# FAST_LANE_BYTES, at most 64. Every expert but the APM (it halves the speed).
 FAST_EXPERTS = LIGHT["experts"]
-# One mixer at 3/4 of the rate, not two (2026-12-04): enwik6 210 -> 242 kB/s, alice29 160 -> 191, 600 kB
-# of Don Quijote 225 -> 267, for +0.03 % size on each (book1, obj2, 300 kB of Chinese alike; one at the
-# full rate +0.1 ... 0.2 %, at half the rate obj2 +0.3 %; BENCHMARKS.md)
-# Each hashed context in its own row (ways 1): four ways save it 0.5 % on enwik6 and 1.0 % on enwik8's
-# 3.5 MB head but cost 10 % of its speed (2 ways: 0.4 / 0.9 % for 4 ... 9 %; BENCHMARKS.md, 2026-12-05).
+# One mixer at 3/4 of the rate, not two; each hashed context in its own row (ways 1): both for speed.
 FAST = dict(LIGHT, hidden=0, rule="static", lanes=64, mix_lr=0.000375)  # (LIGHT: the four above)
 FAST_LANE_BYTES = 8 * 1024
 
@@ -483,20 +423,17 @@ def coded_size(size: int | None, frame_size: int) -> int | None:
     return size
 
 
-# A frame of a longer input codes at three quarters of the level's lanes (2026-12-04). What a frame's
-# restart costs is mostly its lanes' shorter past, not the statistics it loses: the 3.5 MB enwik8
-# head's two halves alone at 8 lanes cost +1.27 % against the whole at 8, at 6 lanes +0.91 %, at 4
-# +0.41 %; and the frames code in parallel, so they can afford the slower lanes: the halves at 6
-# lanes side by side took 102 s, the whole at 8 lanes 186 s (1.82 times the throughput; at 4 lanes
-# 1.55 times). BENCHMARKS.md. The fast level keeps its lanes (no network: lanes cost it little).
+# A frame of a longer input codes at three quarters of the level's lanes: what a frame's restart costs
+# is mostly its lanes' shorter past, and frames code in parallel, so they can afford slower lanes. The
+# fast level keeps its lanes (no network: lanes cost it little).
 def frame_lanes(lanes: int) -> int:
     """The lanes of every frame of an input longer than one frame: three quarters of `lanes`."""
     return max(1, lanes * 3 // 4)
 
 
 def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> int:
-    """Fewer lanes for a small input: on alice29 (152 kB) 4 lanes beat 16 by 0.17 bits per byte, 3
-    beat 4 by 0.003."""
+    """Fewer lanes for a small input, one per `lane_bytes` at least: each lane then sees more
+    gradient steps."""
     return max(1, min(lanes, size // lane_bytes))
 
 
