@@ -1,159 +1,72 @@
-"""Exact byte statistics beside the network, and the mixer that weighs them (format 3).
+"""Exact byte statistics beside the network, and the mixer that weighs them (format 3 on).
 
-The network is one expert among several. The others are counts of what followed a context,
-kept in integer tables that encoder and decoder update alike after every byte:
+The network is one expert among several. The others are counts of what followed a context, kept
+in integer tables that encoder and decoder update alike after every byte (all lanes share them:
+where two lanes touch one row in a step, the lower lane decides a tag and their counts add, so
+the order of the lanes cannot matter):
 
-    orders 1 ... 6, 8  the last k bytes of the lane (orders 1 and 2 indexed directly, the others
-                     hashed into tables of 2^table_bits rows, each row tagged with 16 more bits
-                     of the hash so that a collision reads as an unseen context)
-    rows             a direct table's row holds a count for every byte; a hashed table's (since
-                     2026-12-04, MixSettings.slots) S (byte, count) slots: a new byte takes the
-                     first empty slot, else the first with the lowest count. Rows of 30 slots take
-                     64 bytes with the tag and recent byte (one cache line), not 259, so the default's 256 MB hold
-                     2^19 rows per table, not 2^17: 1 MB of Don Quijote 1.8379 -> 1.8130 bits per
-                     byte (2^20 rows of 256 counts would give 1.8020, 2^19 rows of 16 slots 1.8157;
-                     BENCHMARKS.md). The word alone keeps rows of counts (COUNTED). Files made
-                     before slots (slots 0) keep 256 counts a row everywhere. Since 2026-12-05
-                     (MixSettings.ways) a hashed context takes one of an aligned group of four
-                     rows: the one that holds its tag, else the one whose counts sum least
-                     (`mix_kernels.choose_rows`): a busy context is no longer thrown out by a rare
-                     one that hashes to its row; a row that starts afresh halves its group's other
-                     rows' counts (`count_bytes`), so that a context unused for long fades (the
-                     whole of Don Quijote 1.7675 -> 1.7488 bits per byte, enwik8's 3.5 MB head
-                     1.7162 -> 1.7152; files made before keep a row a context, as `--fast` does).
+    orders 1 ... 6, 8  the last k bytes of the lane: orders 1 and 2 in direct tables (a count for
+                     every byte), the others hashed into 2^table_bits rows tagged with 16 more bits
+                     of the hash (a collision reads as an unseen context). A hashed row holds
+                     `MixSettings.slots` (byte, count) pairs in 64 bytes (one cache line); a new
+                     byte takes the first empty slot, else the first with the lowest count. A
+                     context may take any row of an aligned group of `ways` (the one with its tag,
+                     else the one whose counts sum least: `mix_kernels.choose_rows`); a row that
+                     starts afresh halves the group's other rows' counts (`count_bytes`), so an
+                     unused context fades. The word table keeps rows of counts (COUNTED).
     word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
-                     character of 3 or 4 bytes, as in Chinese or Japanese, starts a word of its own):
-                     the current word with the word before it, the current word alone, the current
-                     word with the word two back
+                     character of 3 or 4 bytes starts a word of its own): the current word with
+                     the word before it, the current word alone, with the word two back
     ppm              the order tables read as PPM does (method C, with exclusion): from the highest
                      order seen down, each context gives its bytes not yet given their share
-                     count / (n + d) of the probability left and passes on d / (n + d); its evidence
-                     is the log of that probability (on 100 kB of Chinese, Japanese, calgary/obj2
-                     and pic 1.2 ... 2 % smaller; English unchanged)
-    gap              the two bytes before the last one (a direct table; on 100 kB of calgary/obj2
-                     3.7 % smaller, of Chinese 1.3 %, English unchanged)
-    record           for data made of fixed-length records (the rows of an image, tables of
-                     numbers): the byte one record back, with the length, in a hashed table of
-                     2^(table_bits - 4) rows. Every lane finds its record length by votes: a byte
-                     whose last four occurrences are equally spaced votes for that distance, and
-                     a distance with 16 votes becomes the length (paq's record model does the
-                     like). It gives evidence once a length is found and while that length had a
-                     vote within the last 32 records (text finds spurious lengths now and then),
-                     and it does not count as a context seen when the mixer's weights are chosen.
-                     (The byte above alone beat it with the last byte or the byte above-right,
-                     by 1 ... 3 %; on 100 kB of calgary/pic 9 % smaller, geo 4 %, obj2 1.3 %,
-                     Chinese and Japanese 0.8 ... 1.5 %, English unchanged)
+                     count / (n + d) of the probability left and passes on d / (n + d); its
+                     evidence is the log of that probability
+    gap              the two bytes before the last one (a direct table)
+    record           for data of fixed-length records (the rows of an image, tables of numbers):
+                     the byte one record back, with the length, in 2^(table_bits - 4) hashed rows.
+                     Every lane finds its record length by votes (a byte whose last four
+                     occurrences are equally spaced votes for that distance; 16 votes make the
+                     length) and gives evidence while that length had a vote within the last 32
+                     records. Not a context seen when the mixer's weights are chosen.
     column           the column (bytes since the last line feed, up to 255) with the byte above it
-                     in the line before, in a hashed table of 2^(table_bits - 4) rows (not a
-                     context seen either): where lines end and what lines up with the line before
-                     (alice29 0.12 % smaller, enwik8 [3.0M, 3.5M) 0.28 %, pic, obj2 0.5 %; with
-                     the last byte instead of the byte above, or as a second table beside it, no
-                     better)
-    wrap             the column with the kinds of the last two bytes (`mix_kernels.byte_kind`: space,
-                     letter or byte >= 128, digit, line end, control, punctuation), in a table like
-                     the column's (not a context seen either): where a text's wrapped lines end,
-                     which no order knows (since 2026-12-05: whole German, Italian, Portuguese,
-                     Spanish, Russian novels 0.3 ... 0.5 % smaller, alice29 0.3 %, enwik6 0.03 %;
-                     Japanese and Chinese within +0.07 %, calgary/obj2 +0.2 %. Found by leaving
-                     paq8px's contexts out in groups: on freud its column contexts without the
-                     byte above were worth 0.4 %, more than any other group of its word model's;
-                     instead of the column table, not beside it, enwik6 +0.37 %; the column with
-                     a space flag alone, or with the last byte, less; BENCHMARKS.md)
-    match            the longest recent repeat of the last bytes (a hash of the last 6 bytes
-                     points into the history; the length is verified and then extended byte by
-                     byte), predicting the byte that followed it. The hash table has 2^match_bits
-                     slots that all lanes file in, and as many more where every lane files under
-                     its own salt (match_lane), looked up first: a repeat in the lane's own text
-                     (the same article, the same book) wins over a more recent one in another
-                     lane's (enwik8's 3.5 MB head 0.27 % smaller; before 2026-12-04 the table had
-                     2^table_bits slots, shared, and forgot most of a large input's history)
+                     in the line before, in a table like the record's (not a context seen either)
+    wrap             the column with the kinds of the last two bytes (`mix_kernels.byte_kind`),
+                     in a table like the column's: where a text's wrapped lines end
+    match            the longest recent repeat of the last bytes (a hash of the last 6 bytes points
+                     into the history; the length is verified, then extended byte by byte),
+                     predicting the byte that followed it; 2^match_bits slots that all lanes file
+                     in, and as many where each lane files under its own salt (`match_lane`),
+                     looked up first
 
-A count expert's evidence for byte j is ln(n_j + 1/8) (in units of 2^-12, from a table built with
-correctly rounded decimal logarithms; 1/8 rather than 1/2 puts a context's unseen bytes 2.1 nats
-below a byte seen once, not 1.1: on 100 kB of Japanese and Chinese text, calgary/obj2 and pic
-3 ... 4 % smaller, enwik8 [3.0M, 3.5M) 0.4 % smaller, alice29 0.08 % larger; BENCHMARKS.md); the
-match expert's is 1 nat on the predicted byte. The mixer adds them in logit space:
+A count expert's evidence for byte j is ln(n_j + 1/8) (units of 2^-12, from a table of correctly
+rounded logarithms); the match expert's is 1 nat on the predicted byte. The mixer adds them in
+logit space:
 
-    z_j = sum_i w_i[s] * e_ij        (e_0 = the network's logits, less their maximum)
+    z_j = sum_i w_i,class(j)[s] * e_ij        (e_0 = the network's logits, less their maximum)
 
-with weights w per lane that are the sum of one row from each of six tables, chosen by small
-contexts (the match length's bucket with the highest order seen; that order with its count bucket
-and whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three
-and the current word), and since 2026-12-05 (MixSettings.kinds) a seventh, chosen by the kinds of
-the last seven bytes (`mix_kernels.fine_kind`: space, small letter, capital, UTF-8 lead and
-continuation byte, digit, line end, control, punctuation; a hash of them into 4,096 rows, which
-start at zero: the priors are the six sets' rows). It tells the mixer where in a word, a number, a
-line or a character it stands, which the sets by bytes spread over thousands of rows: without the
-network freud, alice29, 1 MB of Don Quijote, 300 kB of Chinese, Japanese 0.6 ... 1.0 % smaller,
-calgary/obj2 and enwik8 1.3 ... 1.5 %; with it (BENCHMARKS.md) enwik6 0.95 %, whole texts
-0.2 ... 0.8 % (obj2 1.4 %; Don Quijote 0.05 % larger, derzhavin unchanged). Of the kinds of the last
-five, seven or eight bytes, seven did best; the six coarser kinds of `byte_kind` (letters one kind)
-left Japanese 0.5 % behind; a further set by the column with the last byte's kind gave European text
-0.2 % and cost Japanese 0.1 %, not taken. An eighth (MixSettings.state_set, 2026-12-05) has a row for
-every match state (none; else the kind of the byte it predicts with its length bucket), highest
-context seen and kind of the last byte, indexed directly (MATCH_STATES x (K + 1) x 9 rows, starting
-at zero like the kinds set's): European novels 0.1 ... 0.3 % smaller, calgary/obj2 0.3 %, Japanese
-0.05 %; Don Quijote 0.2 % larger, derzhavin 0.1 %, until the settled rate below. The mixer learns
-its weights online, after every byte, by the gradient of the code length: each chosen row -= lr *
-(sum_j p_j e_ij - e_iy), every row at its own rate, which starts 16 times mix_lr and comes down as
-the row learns, to mix_floor (rarely chosen rows of the hashed sets learn fast, the busy ones
-settle). Files made before mix_floor settle at mix_lr, after about 1,000 steps; at mix_floor
-0.00015 (half of mix_lr) the busy rows go on slowing to about 2,000 steps: the whole of Don Quijote
-1.1 % smaller, derzhavin 0.7 %, hongloumeng 0.2 %, the texts of 110 ... 310 kB within +-0.07 %,
-calgary/obj2 0.5 % larger (a binary that wants the faster rate; BENCHMARKS.md). There are two such
-mixers over the same rows and inputs, the second learning at half the rate, each from its own p; z
-is the mean of their logits
-(alice29 0.3 % smaller, 100 kB of Japanese 0.3 %, Spanish 0.2 %, Chinese 0.1 %, calgary/obj2 0.1 %;
-one mixer at half the rate helps English and Spanish and costs Chinese and obj2, a pair at a quarter
-and the full rate costs obj2, a learned final weighting of the two is worse than the mean). The fast
-level has one mixer at 3/4 of the rate (`MixSettings.mixers`): 15 ... 20 % faster for 0.03 % more.
-Byte classes (`MixSettings.classes`, 2026-12-04): every input has a weight for each of seven
-classes of the byte it weighs (`byte_classes`: digits, capitals, small letters, UTF-8's
-continuation bytes, lead bytes of two-byte and of longer characters, the rest), z_j = sum_i
-w_i,class(j)[s] * e_ij: the mixer can trust the order-2 counts for whether a word ends and the
-network for which letter comes, and (through each input's evidence for unseen bytes, which a
-class's weights scale too) learns how likely each class is in the chosen contexts. At mix_lr
-0.0003 (0.0005 before) whole texts of 110 ... 750 kB 0.4 ... 1.6 % smaller, Chinese and Japanese
-most (BENCHMARKS.md); the fast level keeps one class (seven cost it a quarter of its speed).
-A last stage (apm, paq's adaptive probability map) refines z: every byte's logit gains a
-correction read from a table row chosen by the previous byte, at that byte's cost under the
-mixer (-log2 p in half-bit buckets, interpolated), learned by the gradient of the code length
-of what was coded (0.1 ... 0.3 % on most texts), and a second one from a row
-chosen by the previous byte with the byte itself (65,536 rows, each learning from its own byte's
-share of the gradient: what this pair of bytes did after the mixer gave it that cost;
-0.06 ... 0.16 % on text, pic 0.25 % worse). Everything is integer arithmetic (weights in units
-of 2^-16), so every machine gets the same bits; `exact.frequencies` (in integers) turns z into
-the coded frequencies. The per-byte work runs compiled (`mix_kernels`,
-numba), one call per step for all lanes: on alice29 5 times faster than the same equations as
-numpy calls.
+with weights per lane that are the sum of one row from each weight set, chosen by small contexts:
+the match length's bucket with the highest order seen; that order with its count bucket and
+whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three and
+the current word; the kinds of the last `kinds` bytes (`mix_kernels.fine_kind`, 4,096 hashed rows);
+the match state with the highest order and the last byte's kind (`state_set`). `classes` (7) gives
+every input a weight per class of the byte it weighs (`byte_classes`: digits, capitals, small
+letters, UTF-8 continuation bytes, two kinds of lead bytes, the rest). The mixer learns after every
+byte by the gradient of the code length: each chosen row -= lr (sum_j p_j e_ij - e_iy), every row
+at its own rate, 16 mix_lr at first, coming down as it learns to `mix_floor`. `mixers` (2): two
+mixers over the same rows and inputs, the second at half the rate, their logits averaged. A last
+stage (apm, paq's adaptive probability map) corrects every byte's logit from a row chosen by the
+previous byte at that byte's cost under the mixer (half-bit buckets, interpolated), and from a
+second row chosen by the previous byte with the byte itself; both learn by the gradient of the code
+length. Everything is integer arithmetic (weights in units of 2^-16), so every machine gets the
+same bits; `exact.frequencies` turns z into the coded frequencies. The per-byte work runs compiled
+(`mix_kernels`, numba), one call per step for all lanes.
 
-The mixer prior. With a pretrained model, every weight row starts as learned on text: each of
-three pieces of the model's training data (Dickens, 2016 Wikipedia, Unamuno's Spanish) coded alone
-from the hand-set start, their rows averaged (`bench/mixer_prior.py`, shipped as `prior_NAME.npz`
-and checked by its SHA-256; the header names the prior, `mix.prior`: text1 from 300 kB of each,
-text2 from 600 kB, 1 MB and 300 kB at the LoRA default). text1's and text2's rows start at the
-high rate of a new row; text3's (text2's rows, the default since 2026-12-04) at the rate each had
-learned down to: its mean step count in those codings, at most 128 (eight texts of 150 kB
-0.09 ... 1.2 % smaller than with text2). On alice29 0.37 % smaller, the first 10 kB of it 1.6 %, 100 kB of
-news, German, Spanish and enwik8 0.3 ... 0.6 % (the first three sets alone gave about two thirds
-of that). text4 and online2 (the defaults since 2026-12-05) are text3 and online1 widened for the
-wrap table (`widen_prior`, `WIDENED`): the same rows with one more input, which starts as the
-column table's. text5 (the default since 2026-12-05, afternoon) and text6 hold every set's rows, the
-kinds and state sets' too (which start at zero with the earlier priors), learned at that day's
-default, each row the mean over the codings that chose it: text5 from text2's sources, text6 from
-those and 300 kB of each of the model's training texts in Portuguese, Italian, German, French and
-Russian, for text in those languages (`auto.FOREIGN_PRIOR`; whole European texts 0.1 ... 0.5 %
-smaller, English 0.2 % larger than from text5). A pretrained model's prior in online mode (a random
-network) was mixed (text1: Chinese
-0.3 % smaller, calgary/obj2 0.4 % larger), so online mode has its own, online1, learned in online
-mode on 200 kB each of Chinese, Japanese and German, with settled rates like text3's (100 kB of
-other Chinese and Japanese texts 0.7 ... 1.0 % smaller, calgary/obj2 0.5 % larger). The fast level
-(no network) starts from the hand-set weights.
-
-All lanes share the tables (one lane's text teaches the others); where two lanes touch one row
-in the same step, the lane with the lower index decides a tag, and their counts add (integer
-adds commute, so the order of the lanes cannot matter; in a row of slots the lanes' bytes take
-their slots lowest lane first, a fixed order).
+The mixer prior: with a pretrained model every weight row starts as learned on text (`MixSettings.
+prior`, a `prior_NAME.npz` of the package checked by its SHA-256; `bench/mixer_prior.py` makes
+them), each row at the rate it had learned down to; online mode starts from its own (online1,
+online2), the fast level from the hand-set weights. `widen_prior` gives a prior made before an
+input existed that input's rows (`WIDENED`). Why each piece is there, and what it measured:
+docs/lab/mix.md.
 """
 
 from __future__ import annotations
@@ -171,7 +84,7 @@ from .settings import PRIOR_SETS, MixSettings
 
 ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # word contexts: the current word with the one before it, the current word alone (the rest of a word
-# from its start), the current word with the one two back (BENCHMARKS.md, issue 11, fourth session)
+# from its start), the current word with the one two back
 WORDS = ("pair", "word", "skip")
 HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
 # the mixer's rates: a weight row starts at RATE_START times mix_lr and comes down as RATE_SETTLE /
@@ -189,11 +102,11 @@ COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a contex
 # (set 0, bucket-major), one per count bucket and deterministic flag (set 1, order-major)
 ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 # weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
-# last two bytes, the last three (BENCHMARKS.md, format 3: each 0.1 ... 0.2 % on enwik6)
+# last two bytes, the last three
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
-# a seventh, since 2026-12-05 (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
+# a seventh (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
 KINDS_SET = ("kinds", 11, 12)
-# an eighth, since 2026-12-05 (MixSettings.state_set), indexed directly: a row for every match state (none;
+# an eighth (MixSettings.state_set), indexed directly: a row for every match state (none;
 # else the kind of the byte it predicts with its length bucket), order seen and kind of the last byte
 MATCH_STATES = 1 + kernels.N_KINDS * len(MATCH_EDGES)
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
@@ -219,7 +132,7 @@ PRIOR_SHA256 = {
     "text5": "6489c237e30e62a55c40db556a643c4708f1fa2154374742bcb7437cf849bb29",
     "text6": "5d6f7a725d970276b6fa1fea637b5f2f6452482d6c74a144f5f39f8338a02f90",
 }
-# Priors made from another by `widen_prior` for one more count table (the wrap context, 2026-12-05):
+# Priors made from another by `widen_prior` for one more count table (the wrap context):
 # name -> the prior widened. No file of their own: their hash above is of the widened arrays.
 WIDENED = {"text4": "text3", "online2": "online1"}
 
@@ -362,10 +275,9 @@ def table_sizes(
 ) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS and the record, column and wrap contexts' 2^(tb - 4). Halving order 3's,
-    the word's and the skip pair's rows keeps the default level's tables under 256 MB, for 0.03 %
-    on alice29 and 0.12 % on enwik8 [3.0M, 3.5M); halving order 8's makes room for the APM's
-    (previous byte, byte) table (alice29 +0.05 %, 100 kB of Chinese +0.004 %). Where the hashed
-    rows are slots, the word alone keeps rows of counts (COUNTED), at most COUNTED_ROWS of them."""
+    the word's and the skip pair's rows keeps the default level's tables under 256 MB; halving order 8's makes
+    room for the APM's (previous byte, byte) table. Where the hashed rows are slots, the word alone keeps rows
+    of counts (COUNTED), at most COUNTED_ROWS of them."""
     names = table_names(orders, words, gap, record, column, wrap)
     sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
     if slots:
@@ -376,7 +288,7 @@ def table_sizes(
 
 DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
 # A hashed table that keeps rows of counts where the others have slots: the current word alone (at a
-# word's start, any letter follows; in slots, 100 kB of calgary/book2 1.3 % larger, Chinese 0.3 %),
+# word's start, any letter follows: too many bytes for a row of slots),
 # in as many rows as it had when every row held counts (2^17 rows a table, half for the word)
 COUNTED, COUNTED_ROWS = ("word",), 1 << 16
 
