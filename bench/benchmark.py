@@ -159,7 +159,7 @@ def main() -> None:
                 print(table_row(f"hidden {hidden}, lanes {lanes}", r), flush=True)
         return
     if args.levels:
-        from dyncompress.settings import LEVELS
+        from dyncompress.config.settings import LEVELS
 
         print(HEADER)
         for level in sorted(LEVELS):
@@ -167,7 +167,7 @@ def main() -> None:
             print(table_row(f"-{level}", r), flush=True)
         return
 
-    from dyncompress.settings import Settings, lanes_for_size
+    from dyncompress.config.settings import Settings, lanes_for_size
 
     default = Settings()
     print(

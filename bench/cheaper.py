@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
-from dyncompress.measure import VARIANTS, measure
-from dyncompress.settings import EXPERTS, make_settings
+from dyncompress.coding.measure import VARIANTS, measure
+from dyncompress.config.settings import EXPERTS, make_settings
 
 ENWIK8 = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 

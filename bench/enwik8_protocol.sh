@@ -9,7 +9,7 @@ HEAD=${1:-../shared/corpora/enwik8/enwik8_head_3500000}
 OUT=${2:-bench/out}
 mkdir -p "$OUT"
 MODEL="$OUT/enwiki-h256-tuned.dcm"
-cp "$(python -c 'from dyncompress.model import find; print(find("enwiki-h256").path)')" "$MODEL"
+cp "$(python -c 'from dyncompress.config.model import find; print(find("enwiki-h256").path)')" "$MODEL"
 VALID="$HEAD:2.5M:3M"
 TEST="$HEAD:3M:3.5M"
 T="-T 2 --device cpu -q"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-import dyncompress.mix as mix
+import dyncompress.experts.mix as mix
 from dyncompress.api import resolve_model
-from dyncompress.measure import measure
-from dyncompress.settings import make_settings
+from dyncompress.coding.measure import measure
+from dyncompress.config.settings import make_settings
 
 C = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 INPUTS = {

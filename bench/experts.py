@@ -31,8 +31,8 @@ from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on
 
 from dyncompress.api import resolve_model
 from dyncompress.auto import choose_start
-from dyncompress.measure import measure
-from dyncompress.settings import EXPERTS, make_settings
+from dyncompress.coding.measure import measure
+from dyncompress.config.settings import EXPERTS, make_settings
 
 ABLATION = {
     "enwik6": (ENWIK8, 0, 1_000_000),

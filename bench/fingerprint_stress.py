@@ -21,8 +21,9 @@ from pathlib import Path
 import dyncompress
 
 CHILD = """
-from dyncompress import codec, exact
-from dyncompress.settings import make_settings
+from dyncompress.coding import codec
+from dyncompress.network import exact
+from dyncompress.config.settings import make_settings
 library = exact.floor_sqrt_
 corrected = [0]
 def counted(v):

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dyncompress.cli_base import SizeParam
+from dyncompress.cli.base import SizeParam
 
 ROOT = Path(__file__).resolve().parent.parent
 ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"

@@ -73,7 +73,7 @@ def _frames(packed: bytes) -> bytes:
     """What the coding decides: the header's settings (less the device and the thread count, which
     name the machine and cannot change the bits) and every block. The header's platform record and
     the frame index (its offsets count the header's length) are left out."""
-    from dyncompress.container import Block, FrameReader, Header
+    from dyncompress.format.container import Block, FrameReader, Header
 
     reader = FrameReader()
     reader.push(packed)

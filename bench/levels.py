@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
-from dyncompress.measure import VARIANTS, measure, row_settings
-from dyncompress.settings import MODEL_LEVELS, make_settings
+from dyncompress.coding.measure import VARIANTS, measure, row_settings
+from dyncompress.config.settings import MODEL_LEVELS, make_settings
 
 HEAD = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 ROWS = {  # `eval`'s rows (`measure.row_settings`) with knobs, or a level as it is

@@ -1,4 +1,4 @@
-"""Make a mixer prior (`dyncompress/prior_NAME.npz`): the starting weights of the mixer, every row
+"""Make a mixer prior (`dyncompress/experts/prior_NAME.npz`): the starting weights of the mixer, every row
 of every weight set, as learned on text the shipped model was trained on, and from text3 on every
 row's starting step count (which sets the rate it starts learning at).
 
@@ -13,7 +13,7 @@ comes out with its recorded hash, 2026-12-04). text1 ... text3 and online1 were 
 before the wrap table (`settings.MIX_PRIORS`); text4 and online2 are text3 and online1 widened for it
 (`mix.widen_prior`), not made here; text5 and text6 hold every expert's and every weight set's rows.
 
-    python bench/mixer_prior.py [--prior text5] [-o dyncompress/prior_text5.npz]
+    python bench/mixer_prior.py [--prior text5] [-o dyncompress/experts/prior_text5.npz]
     python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
     python bench/mixer_prior.py --compare none,online1     # online mode's (none: hand-set) on ONLINE_PANEL
 
@@ -34,10 +34,10 @@ from cheaper import ppmd_bpb  # bench/ is on the path
 from exact_vs_float import ROOT, SHARED
 
 from dyncompress.api import resolve_model
-from dyncompress.codec import Codec, encode_block
-from dyncompress.measure import measure
-from dyncompress.mix import load_prior, prior_sha256
-from dyncompress.settings import MIX_PRIORS, make_settings
+from dyncompress.coding.codec import Codec, encode_block
+from dyncompress.coding.measure import measure
+from dyncompress.config.settings import MIX_PRIORS, make_settings
+from dyncompress.experts.mix import load_prior, prior_sha256
 
 # Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish, each coded
 # at the settings the prior was made with, pinned here so that a later change of the default level
@@ -162,10 +162,10 @@ def learned_rows(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prior", choices=sorted(PRIORS), default="text5")
-    ap.add_argument("-o", "--output", type=Path, help="[dyncompress/prior_PRIOR.npz]")
+    ap.add_argument("-o", "--output", type=Path, help="[dyncompress/experts/prior_PRIOR.npz]")
     ap.add_argument("--compare", metavar="A,B,...", help="measure these shipped priors on PANEL instead")
     args = ap.parse_args()
-    output = args.output or ROOT / "dyncompress" / f"prior_{args.prior}.npz"
+    output = args.output or ROOT / "dyncompress" / "experts" / f"prior_{args.prior}.npz"
     model = resolve_model("enwiki-h256")
     if args.compare:
         compare(args.compare.split(","), model)

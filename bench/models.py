@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 import dyncompress
-from dyncompress.model import find as find_model
-from dyncompress.settings import DEFAULT_MODEL, make_settings
+from dyncompress.config.model import find as find_model
+from dyncompress.config.settings import DEFAULT_MODEL, make_settings
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 FILES = {
@@ -92,7 +92,7 @@ def main() -> None:
 
 def levels(model, args) -> None:
     """Each level's settings as they are (lanes not reduced for size): the model's ideal bits, encode speed."""
-    from dyncompress.codec import Codec, encode_block
+    from dyncompress.coding.codec import Codec, encode_block
 
     print("| file | bytes | level | rule | lanes x segment | bits/byte | encode kB/s |")
     print("|---|---:|---:|---|---|---:|---:|")

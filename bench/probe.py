@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from dyncompress.codec import Codec, encode_block
-from dyncompress.settings import AdaptSettings, Settings
+from dyncompress.coding.codec import Codec, encode_block
+from dyncompress.config.settings import AdaptSettings, Settings
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ def run(tree: str, args: list[str]) -> tuple[float, int]:
 
 def payload_digest(path: Path) -> str:
     """The payloads' hash (the header records who coded: versions differ there by design)."""
-    from dyncompress.container import Block, read_frames
+    from dyncompress.format.container import Block, read_frames
 
     digest = hashlib.sha256()
     with open(path, "rb") as f:

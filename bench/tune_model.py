@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from dyncompress.codec import Codec, encode_block
-from dyncompress.model import load
-from dyncompress.settings import make_settings
+from dyncompress.coding.codec import Codec, encode_block
+from dyncompress.config.model import load
+from dyncompress.config.settings import make_settings
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 TEXTS = {

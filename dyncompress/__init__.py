@@ -3,7 +3,21 @@
 The public names load on first use (PEP 562): `import dyncompress` itself imports no torch;
 the first use of `compress`, `Compressor` and the others does (about 1 s). The command line
 imports torch only when a command needs it, with Ctrl-C held until it has loaded (`cli_base`),
-so an interrupt then is a clean exit. The method: docs/METHOD.md.
+so an interrupt then is a clean exit. The method: docs/METHOD.md; the file format: docs/FORMAT.md.
+
+The package in layers, each importing only from those above it in this list (`tests/test_imports.py`
+checks it, lazy and TYPE_CHECKING imports included):
+
+    errors, environment, progress,    the base: imported from anywhere
+    _signals, kernel_cache
+    format/      the .dc container
+    config/      settings and levels, the network's shape, model files
+    network/     the mLSTM: float (training) and exact (coding), its kernels and update rules
+    experts/     the byte statistics and the mixer
+    coding/      the predictor, the coding loop, the range coder, threads, workers, measuring
+    training/    training a model on text sources
+    api, auto, cluster                 the Python API: streams, the start chosen per input, clusters
+    cli/, _entry, __main__             the command line
 """
 
 import importlib
@@ -17,12 +31,12 @@ _EXPORTS = {
     "decompress": ("api", "decompress"),
     "open": ("api", "open"),
     "read_range": ("api", "read_range"),
-    "Settings": ("settings", "Settings"),
+    "Settings": ("config.settings", "Settings"),
     "DyncompressError": ("errors", "DyncompressError"),
-    "DEFAULT_MODEL": ("settings", "DEFAULT_MODEL"),
-    "Model": ("model", "Model"),
-    "ModelError": ("model", "ModelError"),
-    "find_model": ("model", "find"),
+    "DEFAULT_MODEL": ("config.settings", "DEFAULT_MODEL"),
+    "Model": ("config.model", "Model"),
+    "ModelError": ("config.model", "ModelError"),
+    "find_model": ("config.model", "find"),
 }
 
 __all__ = sorted(_EXPORTS)

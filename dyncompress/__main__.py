@@ -1,3 +1,3 @@
-from ._entry import run
+from dyncompress._entry import run
 
 run()

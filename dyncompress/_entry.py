@@ -4,14 +4,14 @@ or a callback raised just after it (`_signals`)."""
 
 import sys
 
-from ._signals import deliver_interrupts, held_interrupts
+from dyncompress._signals import deliver_interrupts, held_interrupts
 
 
 def run() -> None:
     deliver_interrupts()
     try:
         with held_interrupts():
-            from .cli import run as cli_run
+            from dyncompress.cli.main import run as cli_run
     except KeyboardInterrupt:  # interrupted while torch was loading: no traceback
         sys.stderr.write("dyncompress: interrupted\n")
         sys.exit(130)

@@ -24,10 +24,24 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from . import __version__
-from .auto import PROBE_BYTES, choose_start, is_auto
-from .codec import Codec, block_spans, fingerprint
-from .container import (
+from dyncompress import __version__
+from dyncompress.auto import PROBE_BYTES, choose_start, is_auto
+from dyncompress.coding.codec import Codec, block_spans, fingerprint
+from dyncompress.coding.parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
+from dyncompress.coding.predictor import predictor_record
+from dyncompress.config.model import Model, ModelError
+from dyncompress.config.model import find as find_model
+from dyncompress.config.settings import (
+    AUTO_MODEL,
+    DEFAULT_MODEL,
+    Settings,
+    default_device,
+    default_threads,
+    make_settings,
+    usable_cores,
+)
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import (
     END_SIZE,
     Block,
     End,
@@ -46,13 +60,7 @@ from .container import (
     parse_index,
     stream_digest,
 )
-from .errors import DyncompressError
-from .model import Model, ModelError
-from .model import find as find_model
-from .parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
-from .predictor import predictor_record
-from .progress import Progress
-from .settings import AUTO_MODEL, DEFAULT_MODEL, Settings, default_device, default_threads, make_settings, usable_cores
+from dyncompress.progress import Progress
 
 
 def resolve_model(model: str | Model | None) -> Model | None:

@@ -24,9 +24,16 @@ import functools
 
 import numpy as np
 
-from .model import Model, ModelError
-from .model import find as find_model
-from .settings import AUTO_MODEL, DEFAULT_LEVEL, DEFAULT_MODEL, FOREIGN_MODEL, MODEL_LEVELS, make_settings
+from dyncompress.config.model import Model, ModelError
+from dyncompress.config.model import find as find_model
+from dyncompress.config.settings import (
+    AUTO_MODEL,
+    DEFAULT_LEVEL,
+    DEFAULT_MODEL,
+    FOREIGN_MODEL,
+    MODEL_LEVELS,
+    make_settings,
+)
 
 PROBE_BYTES = 4096
 PROBE_LANES = 4
@@ -68,7 +75,7 @@ def is_auto(model) -> bool:
 def probe_bits(model: Model, sample: bytes, **where) -> float:
     """Bits per byte of the model's network alone, as trained, on `sample`'s first PROBE_BYTES
     (`where`: the device and threads asked for the coding, if any)."""
-    from .measure import measure
+    from dyncompress.coding.measure import measure
 
     sample = sample[:PROBE_BYTES]
     settings = make_settings(model=model, rule="static", experts="", lanes=PROBE_LANES, **where)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import Executor
 
-from .errors import DyncompressError
+from dyncompress.errors import DyncompressError
 
 CONNECT_TIMEOUT = "10s"
 

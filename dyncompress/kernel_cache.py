@@ -2,10 +2,11 @@
 
 numba keeps a compiled kernel (`cache=True`) beside a stamp of the file the kernel is written in,
 and loads it again while that stamp holds. A kernel also compiles in the helpers it calls from
-other kernel modules (`update_kernels.segment_costs` inlines `mix_kernels.floor_log2`): a change
+other kernel modules (`network.update_kernels.segment_costs` and `experts.mix_kernels` inline
+`network.int_kernels.floor_log2`): a change
 to a helper's file alone would leave the kernels that use it loading their stale machine code.
 So every kernel of the package is stamped with the SHA-256 of all the kernel modules' sources
-(`KERNEL_MODULES`): a change to any of them recompiles every kernel once.
+(`KERNEL_FILES`): a change to any of them recompiles every kernel once.
 
 `install()` puts `SourcesLocator` first in numba's list of cache locators. It answers only for
 functions written in this package's kernel modules (for any other function numba's own locators
@@ -22,13 +23,20 @@ import os
 
 from numba.core import caching
 
-KERNEL_MODULES = ("mix_kernels", "step_kernels", "update_kernels")
+# the modules numba caches kernels of (cache=True), by path in the package
+KERNEL_FILES = (
+    "network/int_kernels.py",
+    "network/step_kernels.py",
+    "network/update_kernels.py",
+    "experts/mix_kernels.py",
+)
 _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (its name before numba 0.61)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def kernel_files(folder: str = HERE) -> tuple[str, ...]:
-    return tuple(os.path.join(folder, name + ".py") for name in KERNEL_MODULES)
+    """The kernel modules' files in the package at `folder` (absolute)."""
+    return tuple(os.path.join(folder, *name.split("/")) for name in KERNEL_FILES)
 
 
 @functools.cache
@@ -70,14 +78,13 @@ class SourcesLocator(caching._CacheLocator):
     @classmethod
     def from_function(cls, py_func, py_file):
         """A locator for a kernel of this package's kernel modules; None for any other function."""
-        name = os.path.splitext(os.path.basename(py_file))[0]
-        if name not in KERNEL_MODULES or (py_func.__module__ or "").rpartition(".")[0] != __package__:
+        if os.path.abspath(py_file) not in kernel_files():
             return None
         for other in _IMPL._locator_classes:
             if not getattr(other, "sources_stamped", False):
                 inner = other.from_function(py_func, py_file)
                 if inner is not None:
-                    return cls(inner, os.path.dirname(os.path.abspath(py_file)))
+                    return cls(inner, HERE)
         return None
 
 

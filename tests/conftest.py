@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from dyncompress.container import END_SIZE, pack_end, pack_header, parse_end, parse_header
-from dyncompress.model import Model, load, save
-from dyncompress.train import TrainConfig, Trainer, calibrate
+from dyncompress.config.model import Model, load, save
+from dyncompress.format.container import END_SIZE, pack_end, pack_header, parse_end, parse_header
+from dyncompress.training.train import TrainConfig, Trainer, calibrate
 
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
@@ -29,7 +29,7 @@ def corpus(name: str) -> bytes:
 def model():
     """The shipped model (`settings.DEFAULT_MODEL`)."""
     from dyncompress.api import resolve_model
-    from dyncompress.settings import DEFAULT_MODEL
+    from dyncompress.config.settings import DEFAULT_MODEL
 
     return resolve_model(DEFAULT_MODEL)
 
@@ -38,7 +38,7 @@ def split_started() -> None:
     """Start numba's threading layer through `split`, as a codec does, before a test calls the split
     kernels itself: a layer started elsewhere makes `split` refuse to split in this process from
     then on, and a later test of the split (`test_api`'s forks) would fail for the order alone."""
-    from dyncompress import split
+    from dyncompress.coding import split
 
     split.parts_for(2, 2)
 
@@ -46,7 +46,7 @@ def split_started() -> None:
 def needs_split() -> None:
     """Skip, saying why, where a step's lanes are never split over two threads: numba has no OpenMP
     or TBB threading layer here, or fewer than two threads."""
-    from dyncompress import split
+    from dyncompress.coding import split
 
     split_started()
     if split.parts_for(2, 4) != 2:
@@ -86,14 +86,14 @@ _IMPORT_TIME_PREFIXES = ("ATEN_", "MKL_", "OMP_", "OPENBLAS_", "NUMBA_", "TORCH_
 
 _ZYGOTE = r"""
 import atexit, json, os, runpy, socket, sys, threading, traceback
-import dyncompress.api, dyncompress.cli  # torch, numpy and numba: what every fresh process imports first
+import dyncompress.api, dyncompress.cli.main  # torch, numpy and numba: what every fresh process imports first
 import numpy as np
-from dyncompress.mix import Experts
-from dyncompress.settings import MixSettings
+from dyncompress.experts.mix import Experts
+from dyncompress.config.settings import MixSettings
 experts = Experts(MixSettings(table_bits=10, history_bits=12), 2)  # numba loads its compiled kernels
 freqs, used = experts.mix(np.zeros((2, 256)))  # (float64 logits, as the network gives them)
 experts.learn(used, freqs, np.zeros(2, dtype=np.int64), 2)
-from dyncompress import update_kernels as uk
+from dyncompress.network import update_kernels as uk
 w = np.zeros(1)
 uk.stream_step(w, w.copy(), w.copy(), w.copy(), w.copy(), 1.0, 0.5, 0.5, 0.5, 0.5, True, 1.0, 1.0)
 uk.rate_step(w, w, w.astype(np.float32), 1.0, w, w.astype(np.float32), True, 1.0)  # (R and D as float32)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from dyncompress.adapt import ADAPTIVE, Adapter, FusedAdam, clip_grad_
-from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
-from dyncompress.settings import AdaptSettings
+from dyncompress.config.settings import AdaptSettings
+from dyncompress.network.adapt import ADAPTIVE, Adapter, FusedAdam, clip_grad_
+from dyncompress.network.mlstm import MLSTM, MLSTMShape, init_params
 
 TEXT = b"the cat sat on the mat; the cat sat on the mat; " * 3
 

@@ -11,7 +11,8 @@ import pytest
 import dyncompress
 from conftest import SMALL, corpus, needs_split, rewrite_header
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
-from dyncompress.container import (
+from dyncompress.config.settings import LEVELS
+from dyncompress.format.container import (
     MAGIC,
     VERSION,
     Block,
@@ -21,8 +22,7 @@ from dyncompress.container import (
     parse_header,
     read_frames,
 )
-from dyncompress.mlstm import unflatten
-from dyncompress.settings import LEVELS
+from dyncompress.network.mlstm import unflatten
 
 RNG = np.random.default_rng(0)
 CASES = {
@@ -163,7 +163,7 @@ def test_diverging_decoder_never_outputs_wrong_bytes(monkeypatch):
     data = corpus("xargs.1")[:1500]
     packed = compress(data, **SMALL)
     import dyncompress.api as api
-    import dyncompress.predictor as predictor
+    import dyncompress.coding.predictor as predictor
 
     real_init = predictor.init_master
 
@@ -289,7 +289,7 @@ def _from_forked_child(target, *args, limit: float = 240):
 
 
 def _code_in_forked_child(data: bytes, queue) -> None:
-    from dyncompress import split
+    from dyncompress.coding import split
 
     queue.put((split.parts_for(2, 4), compress(data, threads=2, lanes=4)))
 
@@ -311,7 +311,7 @@ def test_a_forked_child_codes_on_one_thread_instead_of_hanging():
 
 
 def _code_with_the_parents_codec(codec, data: bytes, queue) -> None:
-    from dyncompress.codec import encode_block
+    from dyncompress.coding.codec import encode_block
 
     queue.put(encode_block(codec, data))
 
@@ -325,8 +325,8 @@ def test_a_codec_made_before_a_fork_codes_in_the_child_unsplit():
     needs_split()
 
     from dyncompress.api import resolve_model
-    from dyncompress.codec import Codec, encode_block
-    from dyncompress.settings import make_settings
+    from dyncompress.coding.codec import Codec, encode_block
+    from dyncompress.config.settings import make_settings
 
     model = resolve_model("enwiki-h256")
     settings = make_settings(model=model, threads=2, lanes=4, size_hint=8000)

@@ -15,10 +15,10 @@ from dyncompress.auto import (
     foreign_share,
     probe_bits,
 )
-from dyncompress.batch import encode_plan
-from dyncompress.container import parse_header
-from dyncompress.peers import round_trip
-from dyncompress.settings import DEFAULT_MODEL, DEFAULT_PRIOR, Settings
+from dyncompress.cli.batch import encode_plan
+from dyncompress.cli.peers import round_trip
+from dyncompress.config.settings import DEFAULT_MODEL, DEFAULT_PRIOR, Settings
+from dyncompress.format.container import parse_header
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned
 TEXT = corpus("alice29.txt")[:AUTO_MIN]

@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from conftest import corpus
-from dyncompress import compress, decompress, exact, update_kernels
-from dyncompress.codec import Codec, decode_block, encode_block
+from dyncompress import compress, decompress
+from dyncompress.coding.codec import Codec, decode_block, encode_block
+from dyncompress.config.settings import MODEL_LEVELS, make_settings
 from dyncompress.errors import DyncompressError
-from dyncompress.exact import (
+from dyncompress.network import exact, update_kernels
+from dyncompress.network.exact import (
     FREQ_BITS,
     FREQ_TOTAL,
     LOG_FRAC,
@@ -20,8 +22,7 @@ from dyncompress.exact import (
     tlm_weights,
     to_master,
 )
-from dyncompress.mlstm import MLSTMShape, init_params, unflatten
-from dyncompress.settings import MODEL_LEVELS, make_settings
+from dyncompress.network.mlstm import MLSTMShape, init_params, unflatten
 
 SHAPE = MLSTMShape(32)
 K = 16
@@ -258,7 +259,7 @@ def test_the_api_and_the_header_record_the_variant(tiny):
     data = corpus("alice29.txt")[:1500]
     blob = compress(data, model=model, sparse=K, tlm_bits=2.5, tlm_lambda=2.0, lanes=2, experts="")
     assert decompress(blob, model=model) == data
-    from dyncompress.container import parse_header
+    from dyncompress.format.container import parse_header
 
     meta, _ = parse_header(blob)
     adapt = meta["settings"]["adapt"]

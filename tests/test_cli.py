@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import compress, decompress
-from dyncompress.settings import FAST_EXPERTS
+from dyncompress.config.settings import FAST_EXPERTS
 
 try:
     import pty
@@ -345,7 +345,7 @@ def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_
     semaphore, stays collectable through a second `loading()`."""
     import gc
 
-    from dyncompress import cli_base
+    from dyncompress.cli import base as cli_base
 
     gc.unfreeze()  # this process as a command starts: nothing frozen
     try:
@@ -362,7 +362,7 @@ def test_the_first_load_freezes_the_imports_out_of_the_collector_and_later_ones_
 
 
 def test_fast_speed_is_said_in_the_same_words_in_help_and_readme():
-    from dyncompress.cli import FAST_SPEED, encode
+    from dyncompress.cli.main import FAST_SPEED, encode
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     fast = next(p for p in encode.params if p.name == "fast")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import NET, corpus
-from dyncompress.codec import Codec, decode_block, encode_block, fingerprint, from_lanes, lane_lengths, to_lanes
-from dyncompress.settings import RULES, AdaptSettings, Settings
+from dyncompress.coding.codec import Codec, decode_block, encode_block, fingerprint, from_lanes, lane_lengths, to_lanes
+from dyncompress.config.settings import RULES, AdaptSettings, Settings
 
 
 @pytest.mark.parametrize("length,lanes", [(1, 1), (1, 4), (10, 4), (12, 4), (13, 4), (100, 7), (3, 8)])
@@ -90,7 +90,7 @@ def test_thread_count_is_the_recorded_one_while_coding(monkeypatch):
 def _fingerprint_in_fresh_process(settings: Settings, threads: int) -> str:
     code = (
         "import sys, json, torch; torch.set_num_threads(int(sys.argv[2]));"
-        "from dyncompress.codec import fingerprint; from dyncompress.settings import Settings;"
+        "from dyncompress.coding.codec import fingerprint; from dyncompress.config.settings import Settings;"
         "print(fingerprint(Settings.from_dict(json.loads(sys.argv[1]))))"
     )
     import json

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from dyncompress.coder import FREQ_BITS, FREQ_TOTAL, Decoder, Encoder
-from dyncompress.exact import frequencies
+from dyncompress.coding.coder import FREQ_BITS, FREQ_TOTAL, Decoder, Encoder
+from dyncompress.network.exact import frequencies
 
 
 def _random_freqs(rng, shape):

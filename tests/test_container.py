@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from dyncompress.container import (
+from dyncompress.format.container import (
     ADAPT_LATER,
     MAGIC,
     META_DICTS,

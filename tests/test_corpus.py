@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from conftest import CORPORA, corpus, run_cli
-from dyncompress.corpus import (
+from dyncompress.training.corpus import (
     CorpusError,
     Manifest,
     cache_dir,

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conftest import corpus, split_started
-from dyncompress import exact
-from dyncompress.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
-from dyncompress.mlstm import MLSTM, MLSTMShape, init_params
-from dyncompress.settings import AdaptSettings
+from dyncompress.config.settings import AdaptSettings
+from dyncompress.network import exact
+from dyncompress.network.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
+from dyncompress.network.mlstm import MLSTM, MLSTMShape, init_params
 
 
 def test_shipped_tables_are_what_the_integer_code_builds_and_match_their_hash():
@@ -289,7 +289,7 @@ def _adapter(rule, **kw):
 def test_update_rules_take_the_float_step(rule):
     """One step of each rule from the same gradient: the exact step equals the float rule's to
     the precision of its multipliers (12 significant bits, 2^-32 units)."""
-    from dyncompress.adapt import Adapter
+    from dyncompress.network.adapt import Adapter
 
     s, master, start = _adapter(rule, lr=1e-3 if rule != "sgd" else 0.1, decay=1e-2, clip=0.0)
     rng = np.random.default_rng(5)
@@ -309,7 +309,7 @@ def test_update_rules_take_the_float_step(rule):
 
 
 def test_the_stream_rule_follows_rmsprop():
-    from dyncompress.adapt import Adapter
+    from dyncompress.network.adapt import Adapter
 
     s, master, start = _adapter("rms", lr=2e-3, clip=0.0)
     theta = master * 2.0**-exact.FM

@@ -11,8 +11,16 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import Compressor, DyncompressError, compress, decompress, read_range
-from dyncompress.container import END_SIZE, FormatError, index_size, pack_end, pack_index, parse_end, parse_header
-from dyncompress.settings import make_settings
+from dyncompress.config.settings import make_settings
+from dyncompress.format.container import (
+    END_SIZE,
+    FormatError,
+    index_size,
+    pack_end,
+    pack_index,
+    parse_end,
+    parse_header,
+)
 
 FRAMED = dict(SMALL, hidden=16, lanes=4, frame_size=1200, block_size=400)  # frames of 3 blocks
 DATA = corpus("alice29.txt")[:4000]  # 4 frames: 1200 x 3 and 400
@@ -152,7 +160,7 @@ def test_many_small_files_are_coded_side_by_side_as_one_process_writes_them(tmp_
     assert errors["1"] == errors["2"] and len(errors["2"]) == 2
     assert "x.dc: already has .dc suffix" in errors["2"][0] and "nope.txt" in errors["2"][1]
     # the pool's own answers: each planned file's stream is that file (the empty one and x.dc are not planned)
-    from dyncompress.batch import Ahead, encode_plan
+    from dyncompress.cli.batch import Ahead, encode_plan
 
     paths = tuple(str(tmp_path / "j2" / name) for name in names)
     ahead = Ahead(paths, 2, encode_plan(None, None, dict(hidden=16, lanes=2), lambda p: p.endswith(".dc")))

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from dyncompress.container import VERSION, FormatError, parse_header
+from dyncompress.format.container import VERSION, FormatError, parse_header
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FORMAT2 = sorted(p.stem for p in (GOLDEN / "format2").glob("*.dc"))
@@ -49,8 +49,8 @@ from pathlib import Path
 import torch
 import dyncompress
 from dyncompress.api import resolve_model
-from dyncompress.container import END_SIZE, index_size, parse_end, parse_frame, parse_header
-from dyncompress.settings import Settings
+from dyncompress.format.container import END_SIZE, index_size, parse_end, parse_frame, parse_header
+from dyncompress.config.settings import Settings
 
 gc.freeze()  # the imports need no collecting, neither now nor at exit (a second of it)
 results, reencode = {}, sys.argv[1] == "reencode"

@@ -78,15 +78,44 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_circle_finder_sees_lazy_and_type_checking_imports():
     graph = {m: imported(m) for m in MODULES}
-    assert {"cli_measure", "cli_base"} <= graph["cli"]  # top-level imports
-    assert "measure" in graph["auto"]  # an import inside a function
-    assert "model" in graph["settings"]  # under TYPE_CHECKING
+    assert {"cli.measure", "cli.base"} <= graph["cli.main"]  # top-level imports
+    assert "coding.measure" in graph["auto"]  # an import inside a function
+    assert "config.model" in graph["config.settings"]  # under TYPE_CHECKING
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_circle():
     graph = {m: imported(m) for m in MODULES}
     assert circles(graph) == []
+
+
+# The layers of `dyncompress/__init__.py`'s docstring, bottom first: a module imports only from its own
+# layer or those before it
+LAYERS = [
+    {"errors", "environment", "progress", "_signals", "kernel_cache"},
+    {"format"},
+    {"config"},
+    {"network"},
+    {"experts"},
+    {"coding"},
+    {"training"},
+    {"api", "auto", "cluster"},
+    {"cli", "_entry", "__main__", "__init__"},
+]
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_every_module_imports_only_from_its_layer_or_those_below():
+    assert {m.split(".")[0] for m in MODULES} <= set().union(*LAYERS)  # every module has a layer
+    upward = [(m, n) for m in MODULES for n in sorted(imported(m)) if layer(n) > layer(m)]
+    assert upward == []
+    described = (PACKAGE / "__init__.py").read_text()
+    for names in LAYERS[1:7]:  # the folders, as the package's docstring lists them
+        assert f"    {next(iter(names))}/ " in described
 
 
 IMPORT_EACH = """

@@ -12,11 +12,11 @@ from dyncompress import kernel_cache
 
 PACKAGE = Path(dyncompress.__file__).resolve().parent
 
-# segment_costs (update_kernels) inlines floor_log2 (mix_kernels): its bits follow floor_log2's code
+# segment_costs (network.update_kernels) inlines floor_log2 (network.int_kernels): its bits follow floor_log2's code
 COSTS = """
 import numpy as np
-from dyncompress import update_kernels
-from dyncompress.exact import log2_table
+from dyncompress.network import update_kernels
+from dyncompress.network.exact import log2_table
 F = np.full((1, 1, 256), 1 << 16, dtype=np.int64)
 coded, bits = np.zeros((1, 1), dtype=np.int64), np.zeros(1, dtype=np.int64)
 update_kernels.segment_costs(F, np.zeros((1, 1), dtype=np.int32), np.ones(1, dtype=np.int64), log2_table(), 24, 16,
@@ -38,7 +38,7 @@ def test_a_helper_changed_in_another_kernel_module_recompiles_the_kernels_that_u
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.npz"))
     cache = tmp_path / "cache"
     assert costs(copy.parent, cache) == ("SourcesLocator", 8 << 16)  # -log2(2^16 / 2^24) = 8 bits, units 2^-16
-    helpers = copy / "mix_kernels.py"
+    helpers = copy / "network" / "int_kernels.py"
     source = helpers.read_text()
     assert source.count("    l = np.int64(0)\n") == 1  # floor_log2's start
     helpers.write_text(source.replace("    l = np.int64(0)\n", "    l = np.int64(1)\n"))  # one too high
@@ -49,6 +49,7 @@ def test_a_helper_changed_in_another_kernel_module_recompiles_the_kernels_that_u
 
 def test_the_stamp_covers_every_kernel_module_and_nothing_else_is_located():
     assert {Path(p).name for p in kernel_cache.kernel_files()} == {
+        "int_kernels.py",
         "mix_kernels.py",
         "step_kernels.py",
         "update_kernels.py",

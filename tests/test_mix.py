@@ -10,12 +10,24 @@ import torch
 
 from conftest import NET, corpus, rewrite_header, split_started
 from dyncompress import DyncompressError, compress, decompress
-from dyncompress import mix_kernels as kernels
-from dyncompress.codec import Codec, decode_block, encode_block
-from dyncompress.container import FORMAT2_MIX, parse_header
-from dyncompress.exact import checked_tables, frequencies
-from dyncompress.measure import measure
-from dyncompress.mix import (
+from dyncompress.coding.codec import Codec, decode_block, encode_block
+from dyncompress.coding.measure import measure
+from dyncompress.coding.predictor import NoNetwork
+from dyncompress.config.settings import (
+    BEFORE_WRAP,
+    DEFAULT_PRIOR,
+    EXPERTS,
+    FAST_EXPERTS,
+    NARROWER,
+    ONLINE_PRIOR,
+    PRIOR_SETS,
+    AdaptSettings,
+    MixSettings,
+    Settings,
+    make_settings,
+)
+from dyncompress.experts import mix_kernels as kernels
+from dyncompress.experts.mix import (
     COUNT_EDGES,
     KINDS_SET,
     MATCH_EDGES,
@@ -35,22 +47,10 @@ from dyncompress.mix import (
     rounded_logs,
     table_bytes,
 )
-from dyncompress.mix_kernels import N_KINDS, byte_kind, fine_kind
-from dyncompress.mix_kernels import frequencies as integer_frequencies
-from dyncompress.predictor import NoNetwork
-from dyncompress.settings import (
-    BEFORE_WRAP,
-    DEFAULT_PRIOR,
-    EXPERTS,
-    FAST_EXPERTS,
-    NARROWER,
-    ONLINE_PRIOR,
-    PRIOR_SETS,
-    AdaptSettings,
-    MixSettings,
-    Settings,
-    make_settings,
-)
+from dyncompress.experts.mix_kernels import N_KINDS, byte_kind, fine_kind
+from dyncompress.experts.mix_kernels import frequencies as integer_frequencies
+from dyncompress.format.container import FORMAT2_MIX, parse_header
+from dyncompress.network.exact import checked_tables, frequencies
 
 ALL = ",".join(EXPERTS)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", "wrap", ALL]
@@ -136,7 +136,7 @@ def test_the_float_guided_division_is_the_integer_one():
     """`floor_div` (a float product, corrected by the remainder) against Python's // where the float
     is most likely off: exact multiples, one below and one above, the largest numerators and
     quotients, and random ones."""
-    from dyncompress.mix_kernels import floor_div
+    from dyncompress.experts.mix_kernels import floor_div
 
     rng = np.random.default_rng(5)
     cases = []
@@ -350,7 +350,7 @@ def frequencies_of(z: np.ndarray) -> np.ndarray:
 def test_the_apm_starts_as_the_identity_and_learns_from_what_was_coded():
     """With its table at zero the APM codes the mixer's own frequencies; it then learns (the
     coded ones differ), and its bucket of a byte's cost is -log2 p within the straight line's error."""
-    from dyncompress.mix_kernels import cost_units
+    from dyncompress.experts.mix_kernels import cost_units
 
     experts = Experts(MixSettings(experts="orders,apm", table_bits=12), 1)
     freqs, used = experts.mix(np.zeros((1, 256)))

@@ -2,7 +2,7 @@
 
 import torch
 
-from dyncompress.mlstm import MLSTM, MLSTMShape, init_params, unflatten
+from dyncompress.network.mlstm import MLSTM, MLSTMShape, init_params, unflatten
 
 
 def reference_nll(shape, theta, inputs, targets, weight, h0, c0):

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dyncompress.settings import (
+from dyncompress.config.settings import (
     DEFAULT_LEVEL,
     LEVELS,
     AdaptSettings,

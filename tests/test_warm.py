@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import corpus, run_cli
-from dyncompress import warm
+from dyncompress.coding import warm
 
 
 def _stamps(cache) -> list[str]:
@@ -22,7 +22,7 @@ def _cached_kernels(cache) -> list[str]:
     return sorted(p.name for p in cache.rglob("*.nbi"))
 
 
-ROOT = Path(warm.__file__).resolve().parent.parent
+ROOT = Path(warm.__file__).resolve().parent.parent.parent  # the folder the package is in
 
 
 def _command(*args, cwd, env) -> subprocess.CompletedProcess:
@@ -119,7 +119,7 @@ def test_ctrl_c_while_the_child_compiles_stops_both_and_leaves_nothing(tmp_path,
     while child is None:
         assert time.time() < deadline and proc.poll() is None
         for kid in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split():
-            if b"dyncompress.warm" in open(f"/proc/{kid}/cmdline", "rb").read():
+            if b"dyncompress.coding.warm" in open(f"/proc/{kid}/cmdline", "rb").read():
                 child = int(kid)
         time.sleep(0.05)
     time.sleep(1)  # the child at work

@@ -50,7 +50,7 @@ def case_input(file: str, size: int) -> bytes:
 def record(packed: bytes) -> dict:
     """What a stream codes: its header's settings (but the thread count, which changes no bit) and
     its blocks' payload hashes, in order."""
-    from dyncompress.container import Block, Header, read_frames
+    from dyncompress.format.container import Block, Header, read_frames
 
     pieces = iter([packed, b""])
     out: dict = {"blocks": []}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .settings import RULES, AdaptSettings
+from dyncompress.config.settings import RULES, AdaptSettings
 
 ADAPTIVE = tuple(r for r in RULES if r != "static")  # static adapts nothing: it gets no Adapter
 

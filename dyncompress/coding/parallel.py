@@ -27,12 +27,12 @@ from dataclasses import replace
 
 import torch
 
-from .codec import Codec, block_spans, decode_block, encode_block
-from .container import Block, block_digest, pack_block
-from .errors import DyncompressError
-from .model import Model
-from .progress import Progress
-from .settings import Settings
+from dyncompress.coding.codec import Codec, block_spans, decode_block, encode_block
+from dyncompress.config.model import Model
+from dyncompress.config.settings import Settings
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import Block, block_digest, pack_block
+from dyncompress.progress import Progress
 
 
 class WorkerDied(DyncompressError):

@@ -30,9 +30,9 @@ import zipfile
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import environment
-from .errors import DyncompressError
-from .progress import Progress
+from dyncompress import environment
+from dyncompress.errors import DyncompressError
+from dyncompress.progress import Progress
 
 CHUNK = 1 << 20
 

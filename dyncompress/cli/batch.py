@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from .container import END_SIZE, parse_end
-from .errors import DyncompressError
-from .model import Model
-from .parallel import Pool, encode_frame, worker_settings
-from .settings import DEFAULT_MODEL, Settings, make_settings, usable_cores
+from dyncompress.coding.parallel import Pool, encode_frame, worker_settings
+from dyncompress.config.model import Model
+from dyncompress.config.settings import DEFAULT_MODEL, Settings, make_settings, usable_cores
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import END_SIZE, parse_end
 
 MAX_DECODED = 1 << 26  # a .dc file whose output is larger decodes in the main process (its frames in parallel)
 
@@ -41,7 +41,7 @@ def encode_job(settings: Settings, model: Model | None, data: bytes) -> tuple[ob
 
 
 def _decode(blob: bytes, model: Model | None, device: str | None) -> bytes:
-    from .api import iter_decompress
+    from dyncompress.api import iter_decompress
 
     return b"".join(iter_decompress(io.BytesIO(blob).read, model=model, device=device, threads=1))
 
@@ -129,8 +129,8 @@ def encode_plan(level, model: Model | None, knobs: dict, skip: Callable[[str], b
     """`Ahead`'s plan for `encode`: a file that fits in one frame, with the settings the ordinary
     path would choose for its size (with `--frame-size 0`, every file is one frame: those of at
     most one block go to the pool)."""
-    from .api import one_frame_stream, resolve_model
-    from .auto import choose_start, is_auto
+    from dyncompress.api import one_frame_stream, resolve_model
+    from dyncompress.auto import choose_start, is_auto
 
     auto = is_auto(model)  # as `Compressor` does it, file by file
     base = resolve_model(DEFAULT_MODEL) if auto else model

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from . import environment
+from dyncompress import environment
 
 _started_by: int | None = None  # the process that started numba's threads for us (None: none yet)
 _usable: bool | None = None  # whether the layer it got splits well (None: not tried)

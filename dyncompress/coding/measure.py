@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codec import Codec, block_spans, frame_spans, to_lanes
-from .coder import FREQ_BITS
-from .errors import DyncompressError
-from .exact import side_layout
-from .mlstm import MLSTMShape
-from .model import Model
-from .progress import Progress
-from .settings import Settings, make_settings
+from dyncompress.coding.codec import Codec, block_spans, frame_spans, to_lanes
+from dyncompress.coding.coder import FREQ_BITS
+from dyncompress.config.model import Model
+from dyncompress.config.settings import Settings, make_settings
+from dyncompress.config.shape import MLSTMShape
+from dyncompress.errors import DyncompressError
+from dyncompress.network.exact import side_layout
+from dyncompress.progress import Progress
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
 # The cheaper adaptations (issue 12): rms-decay on a sparse matrix, or weighted and skipped by TLM

@@ -28,31 +28,10 @@ same layout (`grad`), so the update rules in `adapt` are a few large ops.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-ALPHABET = 256
-
-
-@dataclass(frozen=True)
-class MLSTMShape:
-    hidden: int = 256
-
-    def layout(self) -> list[tuple[str, tuple[int, ...]]]:
-        H = self.hidden
-        return [
-            ("w_in", (ALPHABET, 5 * H)),  # [W_mx | W_x] rows, one per input byte
-            ("w_mh", (H, H)),
-            ("w_m", (H, 4 * H)),
-            ("b", (4 * H,)),
-            ("w_out", (H, ALPHABET)),
-            ("b_out", (ALPHABET,)),
-        ]
-
-    @property
-    def num_params(self) -> int:
-        return sum(math.prod(dims) for _, dims in self.layout())
+from dyncompress.config.shape import ALPHABET, MLSTMShape
 
 
 def init_params(shape: MLSTMShape, seed: int) -> torch.Tensor:

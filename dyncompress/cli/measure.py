@@ -12,11 +12,11 @@ import time
 
 import click
 
-from .cli_base import EXPERTS_HELP, ExpertsParam, Fatal, fast_knobs, knob, level_options, loading
-from .container import MAX_BLOCK_SIZE
-from .errors import DyncompressError
-from .progress import ProgressLine
-from .settings import AUTO_MODEL, DEFAULT_MODEL, RULES, make_settings
+from dyncompress.cli.base import EXPERTS_HELP, ExpertsParam, Fatal, fast_knobs, knob, level_options, loading
+from dyncompress.config.settings import AUTO_MODEL, DEFAULT_MODEL, RULES, make_settings
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import MAX_BLOCK_SIZE
+from dyncompress.progress import ProgressLine
 
 
 def _fmt(v) -> str:
@@ -27,7 +27,7 @@ def _model(name: str | None, needed: bool = True):
     if not needed:
         return None
     with loading():
-        from .api import resolve_model
+        from dyncompress.api import resolve_model
     try:
         return resolve_model(name or DEFAULT_MODEL)
     except DyncompressError as e:
@@ -35,7 +35,7 @@ def _model(name: str | None, needed: bool = True):
 
 
 def _read(spec: str):
-    from .corpus import read_source
+    from dyncompress.training.corpus import read_source
 
     try:
         return read_source(spec)
@@ -62,7 +62,7 @@ def corpus():
 @corpus.command("list")
 def corpus_list():
     """Known corpora, their splits, and whether they are fetched."""
-    from .corpus import cache_dir, cached_path, is_cached, manifests
+    from dyncompress.training.corpus import cache_dir, cached_path, is_cached, manifests
 
     try:
         known = manifests()
@@ -93,7 +93,7 @@ def corpus_list():
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def corpus_fetch(name, local, timeout, quiet):
     """Download corpus NAME (or take --file PATH), verify its checksum, keep it in the cache."""
-    from .corpus import cached_path, fetch, is_cached, manifest
+    from dyncompress.training.corpus import cached_path, fetch, is_cached, manifest
 
     try:
         m = manifest(name)
@@ -114,7 +114,7 @@ def corpus_fetch(name, local, timeout, quiet):
 @click.argument("name")
 def corpus_path(name):
     """Print where the fetched corpus NAME is (an error if it is not fetched)."""
-    from .corpus import cached_path, is_cached, manifest
+    from dyncompress.training.corpus import cached_path, is_cached, manifest
 
     try:
         m = manifest(name)
@@ -205,10 +205,10 @@ def eval_(
     2,500,000), or a fetched corpus's split such as enwik8:test.
     """
     with loading():
-        from .measure import ALL_ROWS as ROWS
-        from .measure import measure, row_settings
-        from .measure import plot as draw
-        from .peers import confirm as confirm_row
+        from dyncompress.cli.peers import confirm as confirm_row
+        from dyncompress.coding.measure import ALL_ROWS as ROWS
+        from dyncompress.coding.measure import measure, row_settings
+        from dyncompress.coding.measure import plot as draw
 
     rows = [r.strip() for r in rules.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -363,9 +363,9 @@ def tune(
     fetched corpus's split such as enwik8:valid.
     """
     with loading():
-        from .measure import save_defaults
-        from .measure import tune as search_grid
-        from .model import save
+        from dyncompress.coding.measure import save_defaults
+        from dyncompress.coding.measure import tune as search_grid
+        from dyncompress.config.model import save
 
     if online and (model or output):
         raise click.UsageError("--online tunes online mode; it has no model to read or write")
@@ -475,7 +475,7 @@ def bench(sources, model, level, lanes, block_size, threads, device, experts, qu
     as enwik8:test.
     """
     with loading():
-        from .peers import PEERS, bench_dyncompress, bench_peer
+        from dyncompress.cli.peers import PEERS, bench_dyncompress, bench_peer
 
     if online and model:
         raise click.UsageError("--online and --model contradict each other")

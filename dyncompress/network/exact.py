@@ -41,10 +41,11 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from . import step_kernels
-from . import update_kernels as kernels
-from .mlstm import ALPHABET, CarriedState, MLSTMShape, unflatten
-from .settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
+from dyncompress.config.settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
+from dyncompress.config.shape import ALPHABET, MLSTMShape
+from dyncompress.network import step_kernels
+from dyncompress.network import update_kernels as kernels
+from dyncompress.network.mlstm import CarriedState, unflatten
 
 FA = 12  # activations
 A = float(1 << FA)
@@ -131,7 +132,7 @@ def checked_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from importlib import resources
 
     try:
-        with resources.files("dyncompress").joinpath(TABLES_FILE).open("rb") as f, np.load(f) as npz:
+        with resources.files("dyncompress.network").joinpath(TABLES_FILE).open("rb") as f, np.load(f) as npz:
             tables = tuple(npz[name].astype(np.int64) for name in TABLE_NAMES)
     except (OSError, KeyError, ValueError) as e:
         raise ExactnessError(f"cannot read the lookup tables ({TABLES_FILE}): {e}") from None

@@ -20,12 +20,12 @@ import math
 
 import numpy as np
 
-from . import split
-from .coder import Coder, Decoder, Encoder
-from .model import Model
-from .predictor import make_predictor
-from .progress import Progress
-from .settings import Settings
+from dyncompress.coding import split
+from dyncompress.coding.coder import Coder, Decoder, Encoder
+from dyncompress.coding.predictor import make_predictor
+from dyncompress.config.model import Model
+from dyncompress.config.settings import Settings
+from dyncompress.progress import Progress
 
 
 def lane_lengths(length: int, lanes: int) -> tuple[int, np.ndarray]:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import click
 
-from ._signals import held_interrupts
+from dyncompress._signals import held_interrupts
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 
@@ -62,7 +62,7 @@ class ExpertsParam(click.ParamType):
     name = "LIST"
 
     def convert(self, value, param, ctx):
-        from .settings import EXPERTS
+        from dyncompress.config.settings import EXPERTS
 
         if value == "all":
             return ",".join(EXPERTS)
@@ -84,7 +84,7 @@ class SizeParam(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
-        from .corpus import parse_offset
+        from dyncompress.training.corpus import parse_offset
 
         text = value.strip()
         unit = text[-3:] if text[-3:] in self._BINARY else ""
@@ -96,7 +96,7 @@ class SizeParam(click.ParamType):
 
 def parse_range(text: str) -> tuple[int, int | None]:
     """'START:END' in bytes ('2.5M', '64k', either side empty) -> (start, end or None)."""
-    from .corpus import parse_offset
+    from dyncompress.training.corpus import parse_offset
 
     start, sep, end = text.partition(":")
     try:
@@ -139,8 +139,8 @@ def frame_executor(cluster: str | None, workers: int, device: str | None):
         return workers, None
     if workers != 1:
         raise click.UsageError("--cluster and -j contradict each other (the cluster's workers do the work)")
-    from .cluster import connect, executor
-    from .errors import DyncompressError
+    from dyncompress.cluster import connect, executor
+    from dyncompress.errors import DyncompressError
 
     try:
         client = connect(cluster)

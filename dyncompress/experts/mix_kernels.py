@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress.network.int_kernels import floor_log2
 
 U4, U8, U16, U29, U31, U64 = np.uint64(4), np.uint64(8), np.uint64(16), np.uint64(29), np.uint64(31), np.uint64(64)
 MASK16 = np.uint64(0xFFFF)
@@ -285,18 +286,6 @@ def touch_parts(parts, ct, tags, rows):
     for p in prange(parts):
         total[p] = touch_rows(ct, tags, rows, p * B // parts, (p + 1) * B // parts)
     return total.sum()
-
-
-@njit(cache=True, inline="always")
-def floor_log2(v):
-    """floor(log2 v) for 1 <= v < 2^63, by halving the range: six comparisons whose outcomes are
-    used as numbers, not branches (on data they are unpredictable: apm_refine took 3 times as long)."""
-    l = np.int64(0)
-    for step in (32, 16, 8, 4, 2, 1):
-        s = np.int64(v >= (np.int64(1) << step)) * step
-        v >>= s
-        l += s
-    return l
 
 
 @njit(cache=True, inline="always")

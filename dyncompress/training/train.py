@@ -33,11 +33,12 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from . import __version__
-from .adapt import clip_grad_
-from .mlstm import MLSTM, MLSTMShape, init_params, unflatten
-from .model import Model, ModelError, load, save
-from .settings import TrainConfig
+from dyncompress import __version__
+from dyncompress.config.model import Model, ModelError, load, save
+from dyncompress.config.settings import TrainConfig
+from dyncompress.config.shape import MLSTMShape
+from dyncompress.network.adapt import clip_grad_
+from dyncompress.network.mlstm import MLSTM, init_params, unflatten
 
 LN2 = math.log(2)
 
@@ -47,7 +48,7 @@ def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndar
 
     `paths`: files, or any source `corpus.parse_source` takes (FILE:START:END, enwik8:train).
     """
-    from .corpus import read_source
+    from dyncompress.training.corpus import read_source
 
     blobs = []
     for path in paths:

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .api import compress, iter_decompress
-from .auto import is_auto
-from .container import Block, Header, read_frames
-from .errors import DyncompressError
-from .measure import Measurement
-from .model import Model
+from dyncompress.api import compress, iter_decompress
+from dyncompress.auto import is_auto
+from dyncompress.coding.measure import Measurement
+from dyncompress.config.model import Model
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import Block, Header, read_frames
 
 
 def round_trip(data: bytes, model, progress=None, **settings) -> tuple[bytes, float, float]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
 
 
 @njit(cache=True)

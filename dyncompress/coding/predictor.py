@@ -18,8 +18,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from . import update_kernels as kernels
-from .exact import (
+from dyncompress.config.model import Model
+from dyncompress.config.settings import FROZEN_NEEDS_MODEL, Settings
+from dyncompress.experts.mix import Experts
+from dyncompress.network import update_kernels as kernels
+from dyncompress.network.exact import (
     FREQ_BITS,
     FREQ_TOTAL,
     LOG_FRAC,
@@ -35,9 +38,6 @@ from .exact import (
     tlm_weights,
     to_master,
 )
-from .mix import Experts
-from .model import Model
-from .settings import FROZEN_NEEDS_MODEL, Settings
 
 
 class Predictor(Protocol):

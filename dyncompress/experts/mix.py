@@ -78,9 +78,9 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
-from . import mix_kernels as kernels
-from .exact import ExactnessError, checked_tables
-from .settings import PRIOR_SETS, MixSettings
+from dyncompress.config.settings import PRIOR_SETS, MixSettings
+from dyncompress.experts import mix_kernels as kernels
+from dyncompress.network.exact import ExactnessError, checked_tables
 
 ORDERS = (1, 2, 3, 4, 5, 6, 8)
 # word contexts: the current word with the one before it, the current word alone (the rest of a word
@@ -220,7 +220,7 @@ def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
         return check_prior(name, arrays, shape, f"{name} (widened from {WIDENED[name]})")
     file = f"prior_{name}.npz"
     try:
-        with resources.files("dyncompress").joinpath(file).open("rb") as f, np.load(f) as npz:
+        with resources.files("dyncompress.experts").joinpath(file).open("rb") as f, np.load(f) as npz:
             rows_from = str(npz["rows_from"]) if "rows_from" in npz else None
             rows = [npz[k].astype(np.int64) for k in ("W", "W_slow")] if rows_from is None else []
             arrays = rows + ([npz["updates"].astype(np.int64)] if "updates" in npz else [])

@@ -19,11 +19,11 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING
 
-from .container import MAX_BLOCK_SIZE
+from dyncompress.format.container import MAX_BLOCK_SIZE
 
 if TYPE_CHECKING:
-    from .mlstm import MLSTMShape
-    from .model import Model
+    from dyncompress.config.model import Model
+    from dyncompress.config.shape import MLSTMShape
 
 DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
@@ -283,7 +283,7 @@ class Settings:
 
     @property
     def shape(self) -> MLSTMShape:
-        from .mlstm import MLSTMShape
+        from dyncompress.config.shape import MLSTMShape
 
         return MLSTMShape(self.hidden)
 

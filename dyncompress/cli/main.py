@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import click
 
-from . import __version__, cli_measure
-from .cli_base import (
+from dyncompress import __version__
+from dyncompress.cli import measure as cli_measure
+from dyncompress.cli.base import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXPERTS_HELP,
@@ -41,10 +42,7 @@ from .cli_base import (
     torch_threads,
     workers_option,
 )
-from .container import MAX_BLOCK_SIZE
-from .errors import DyncompressError
-from .progress import ProgressLine
-from .settings import (
+from dyncompress.config.settings import (
     AUTO_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
@@ -57,6 +55,9 @@ from .settings import (
     TrainConfig,
     make_settings,
 )
+from dyncompress.errors import DyncompressError
+from dyncompress.format.container import MAX_BLOCK_SIZE
+from dyncompress.progress import ProgressLine
 
 SUFFIX = ".dc"
 CHUNK = 1 << 16
@@ -167,7 +168,7 @@ def _open_input(path: str, slices: bool = False):
     if os.path.isdir(path):
         raise Failure(f"{path} is a directory -- ignored")
     if slices and not os.path.exists(path):
-        from .corpus import parse_source
+        from dyncompress.training.corpus import parse_source
 
         source = parse_source(path)
         return source.open(), source
@@ -194,7 +195,7 @@ def _summary(name: str, n_in: int, n_out: int, seconds: float, encoding: bool) -
 
 def describe(name: str, reader) -> str:
     """`info`: the header's record and a walk over the frames (checksums checked, nothing decoded)."""
-    from .container import Block, FrameReader, Header, Index, read_frames
+    from dyncompress.format.container import Block, FrameReader, Header, Index, read_frames
 
     stream = FrameReader()
     meta, blocks, original, frames = {}, 0, 0, ()
@@ -272,8 +273,8 @@ def _frames_lines(frames: tuple[tuple[int, int], ...], frame_size) -> list[str]:
 
 def _tables_line(settings: dict) -> list[str]:
     """The memory the experts' tables need to decode (none for the network alone)."""
-    from .mix import table_bytes
-    from .settings import MixSettings
+    from dyncompress.config.settings import MixSettings
+    from dyncompress.experts.mix import table_bytes
 
     try:
         size = table_bytes(MixSettings(**settings["mix"]), int(settings["lanes"]))
@@ -284,7 +285,7 @@ def _tables_line(settings: dict) -> list[str]:
 
 def _start_line(name: str, model, probe: float) -> str:
     """What `encode -v` says of the start the probe chose (`auto`)."""
-    from .auto import ONLINE_ABOVE, PROBE_BYTES
+    from dyncompress.auto import ONLINE_ABOVE, PROBE_BYTES
 
     what = f"model {model.name}" if model else "online mode"
     return (
@@ -537,7 +538,7 @@ def encode(
         raise click.UsageError("--hidden sets the network of online mode; add --online")
     _compile_ahead(opts, ["fast" if fast else "online" if online else "model"])
     with loading():
-        from .api import Compressor, resolve_model
+        from dyncompress.api import Compressor, resolve_model
 
     auto = not online and not model  # the shipped model, or online mode where it does not fit (`auto`)
     try:
@@ -582,7 +583,7 @@ def encode(
         opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, True))
 
     def plan():
-        from .batch import encode_plan
+        from dyncompress.cli.batch import encode_plan
 
         return encode_plan(level, start, knobs, lambda p: p.endswith(SUFFIX) and not opts.force)
 
@@ -596,7 +597,7 @@ def _each_with_workers(files, opts: Options, one: Callable, cluster, workers, de
     ahead = None
     try:
         with loading():
-            from .batch import Ahead, pool_workers
+            from dyncompress.cli.batch import Ahead, pool_workers
         if plan is not None and (pool := pool_workers(workers, files)):
             ahead = Ahead(files, pool, plan())
         _each(files, opts, lambda path: one(path, workers, ahead))
@@ -631,7 +632,7 @@ def _take(ahead, path: str):
     died ends the run (the pool is broken); a job that failed is that file's failure."""
     if ahead is None:
         return None
-    from .parallel import WorkerDied
+    from dyncompress.coding.parallel import WorkerDied
 
     try:
         return ahead.take(path)
@@ -643,7 +644,7 @@ def _encoded_name(path: str) -> str:
     """FILE.dc beside FILE; for a slice, its range in the name (f.100-200.dc, ./enwik8.test.dc)."""
     if os.path.exists(path):
         return path + SUFFIX
-    from .corpus import parse_source
+    from dyncompress.training.corpus import parse_source
 
     return parse_source(path).stem + SUFFIX
 
@@ -652,7 +653,7 @@ def _compile_ahead(opts: Options, kinds) -> None:
     """The kernels for these ways of coding (`warm.KINDS`) compiled in a child process on the first
     run after an install, before this process loads torch: its peak memory stays that of a run with
     the kernels cached."""
-    from .warm import compile_ahead
+    from dyncompress.coding.warm import compile_ahead
 
     for kind in kinds:
         compile_ahead(kind, notice=opts.verbosity >= 1 and sys.stderr.isatty())
@@ -669,12 +670,12 @@ def _decode_files(
     span=None,
     cluster=None,
 ) -> None:
-    from .warm import file_kind
+    from dyncompress.coding.warm import file_kind
 
     _compile_ahead(opts, sorted({file_kind(p) for p in files if os.path.isfile(p)} - {None}))
     if model is not None:
         with loading():
-            from .api import resolve_model
+            from dyncompress.api import resolve_model
         try:
             model = resolve_model(model)
         except DyncompressError as e:
@@ -692,7 +693,7 @@ def _decode_files(
 
         def work(reader, writer, size):
             with loading():
-                from .api import iter_decompress
+                from dyncompress.api import iter_decompress
             first = _use_ready(ready, reader, writer, took)
             if first is None:
                 return
@@ -715,7 +716,7 @@ def _decode_files(
             opts.say(_summary(_name(path), n_in, n_out, took[0] if took else time.monotonic() - started, False))
 
     def plan():
-        from .batch import decode_plan
+        from dyncompress.cli.batch import decode_plan
 
         return decode_plan(model, device, lambda p: not p.endswith(SUFFIX) or os.path.basename(p) == SUFFIX)
 
@@ -794,7 +795,7 @@ def decode(
 
 def _read_range(reader, span, model, device, threads, workers, progress) -> bytes:
     with loading():
-        from .api import read_range
+        from dyncompress.api import read_range
     f = reader.stream  # the file under the byte counter
     if not f.seekable():
         raise Failure("--range needs a file it can seek in, not a pipe")
@@ -865,8 +866,8 @@ def train(files, output, name, resume, init, threads, device, quiet, **config):
     enwik8:train.
     """
     with loading():
-        from .model import find as find_model
-        from .train import Trainer
+        from dyncompress.config.model import find as find_model
+        from dyncompress.training.train import Trainer
 
     torch_threads(threads)
     name = name or os.path.basename(output).removesuffix(".dcm")
@@ -927,11 +928,11 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
     The rms and rms-decay rules then use RMS_g = sqrt(MS_g) from the training text,
     as in Krause et al. (2018), instead of statistics gathered on the stream.
     """
-    from .corpus import parse_source
+    from dyncompress.training.corpus import parse_source
 
     with loading():
-        from .model import load, save
-        from .train import calibrate as collect
+        from dyncompress.config.model import load, save
+        from dyncompress.training.train import calibrate as collect
 
     torch_threads(threads)
     try:
@@ -975,7 +976,7 @@ def calibrate(model_path, files, output, budget, lanes, segment_len, clip, lr, d
 def models(verbose):
     """List the installed models (and those in $DYNCOMPRESS_MODELS) with their card's summary."""
     with loading():
-        from .model import card_summary, installed, load
+        from dyncompress.config.model import card_summary, installed, load
 
     paths = installed()
     if not paths:

@@ -28,9 +28,9 @@ from importlib import resources
 import numpy as np
 import torch
 
-from . import environment
-from .errors import DyncompressError
-from .mlstm import MLSTMShape
+from dyncompress import environment
+from dyncompress.config.shape import MLSTMShape
+from dyncompress.errors import DyncompressError
 
 MAGIC = b"\x89DYNM\r\n\x1a"
 VERSION = 1

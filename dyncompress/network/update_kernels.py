@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
-from .mix_kernels import floor_log2
+from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress.network.int_kernels import floor_log2
 
 GM_BOUND = float(1 << 26)  # |mean gradient| <= 1/4 per parameter (units 2^-28)
 

@@ -39,7 +39,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .errors import DyncompressError
+from dyncompress.errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
 VERSION = 4  # 4: format 3 with a header dictionary of today's settings (0.4); 3: experts mixed with the

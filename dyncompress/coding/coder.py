@@ -19,7 +19,7 @@ from typing import Protocol
 import constriction
 import numpy as np
 
-from .exact import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
+from dyncompress.network.exact import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
 
 _MODEL = constriction.stream.model.Categorical(perfect=False)
 

@@ -33,16 +33,15 @@ import subprocess
 import sys
 from importlib import metadata
 
-from . import environment
+from dyncompress import environment, kernel_cache
 
-KERNELS = ("mix_kernels", "step_kernels", "update_kernels")  # the modules numba caches (cache=True)
 KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child compiles
 SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
 # The child imports this very package, the one whose cache the stamp speaks for: not another copy
 # that its working directory would put first on sys.path (a source tree beside an installed copy)
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
-CHILD = "import sys; sys.path.insert(0, {root!r}); from dyncompress.warm import main; main({kind!r})"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(_PACKAGE)
+CHILD = "import sys; sys.path.insert(0, {root!r}); from dyncompress.coding.warm import main; main({kind!r})"
 NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
 
 
@@ -57,7 +56,7 @@ def _folder() -> str | None:
     """Where the stamp goes: numba's cache folder, as numba picks it (None: nowhere writable)."""
     given = environment.get("NUMBA_CACHE_DIR")
     home = environment.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for folder in [given] if given else [os.path.join(_HERE, "__pycache__"), os.path.join(home, "dyncompress")]:
+    for folder in [given] if given else [os.path.join(_PACKAGE, "__pycache__"), os.path.join(home, "dyncompress")]:
         try:
             os.makedirs(folder, exist_ok=True)
         except OSError:
@@ -72,13 +71,13 @@ def stamp_path(kind: str) -> str | None:
     folder = _folder()
     if folder is None:
         return None
-    from . import __version__
+    from dyncompress import __version__
 
     parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
     parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
-    for name in KERNELS:
-        st = os.stat(os.path.join(_HERE, name + ".py"))
-        parts += [name, st.st_size, st.st_mtime_ns]
+    for path in kernel_cache.kernel_files():
+        st = os.stat(path)
+        parts += [os.path.relpath(path, _PACKAGE), st.st_size, st.st_mtime_ns]
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
     return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
 
@@ -129,8 +128,8 @@ def compile_ahead(kind: str, notice: bool) -> str:
 def file_kind(path: str) -> str | None:
     """The way a .dc file was coded (one of KINDS), from its header; None where that cannot be read
     (the decode that follows says why)."""
-    from .container import read_frames
-    from .errors import DyncompressError
+    from dyncompress.errors import DyncompressError
+    from dyncompress.format.container import read_frames
 
     try:
         with open(path, "rb") as f:
@@ -144,9 +143,9 @@ def file_kind(path: str) -> str | None:
 
 def compile_kernels(kind: str) -> None:
     """Call every compiled kernel that one way of coding (KINDS) calls: tiny runs of the real code path."""
-    from .codec import fingerprint
-    from .model import find
-    from .settings import DEFAULT_MODEL, default_threads, make_settings
+    from dyncompress.coding.codec import fingerprint
+    from dyncompress.config.model import find
+    from dyncompress.config.settings import DEFAULT_MODEL, default_threads, make_settings
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
     knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})
