@@ -16,17 +16,16 @@ wall time (excluding interpreter start-up and the import of torch).
 from __future__ import annotations
 
 import argparse
-import bz2
 import datetime
-import gzip
 import json
-import lzma
 import os
 import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dyncompress.cli.peers import PEERS, bench_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
@@ -65,18 +64,8 @@ def run_child(path: Path, settings: dict, threads: int, verify: bool) -> dict:
 
 
 def peers(data: bytes) -> list[tuple[str, int, float, float]]:
-    rows = []
-    for name, comp, decomp in (
-        ("gzip -9", lambda d: gzip.compress(d, 9), gzip.decompress),
-        ("bzip2 -9", lambda d: bz2.compress(d, 9), bz2.decompress),
-        ("xz -9e", lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress),
-    ):
-        t0 = time.perf_counter()
-        packed = comp(data)
-        t1 = time.perf_counter()
-        assert decomp(packed) == data
-        rows.append((name, len(packed), t1 - t0, time.perf_counter() - t1))
-    return rows
+    rows = [bench_peer(p, data) for p in PEERS if p.name in ("zlib -9", "bz2 -9", "lzma -9e")]
+    return [(r.name, r.size, r.encode_s, r.decode_s) for r in rows]
 
 
 def matmul_rate(batch: int, hidden: int, threads: int) -> float:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
+from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import VARIANTS, measure
 from dyncompress.config.settings import EXPERTS, make_settings
 
@@ -28,11 +29,7 @@ ENWIK8 = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "enwik8" /
 
 
 def ppmd_bpb(data: bytes) -> float | None:
-    try:
-        import pyppmd
-    except ImportError:
-        return None
-    return 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+    return peer_bits("PPMd o6", data)
 
 
 def run(model, data: bytes, label: str, experts: str, **kw):

@@ -19,6 +19,7 @@ import numpy as np
 
 import dyncompress.experts.mix as mix
 from dyncompress.api import resolve_model
+from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import measure
 from dyncompress.config.settings import make_settings
 
@@ -49,15 +50,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", default="0.5,0.125")
     args = ap.parse_args()
-    import pyppmd
-
     constants = [Decimal(a) for a in args.a.split(",")]
     model = resolve_model("enwiki-h256")
     print(f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}; model {model.name}")
     print(f"{'input':<22} {'bytes':>8} {'PPMd o6':>8} " + " ".join(f"{'a=' + str(a):>16}" for a in constants))
     for name, (path, lo, hi) in INPUTS.items():
         data = path.read_bytes()[lo:hi]
-        ppmd = 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+        ppmd = peer_bits("PPMd o6", data)
         cells = []
         for a in constants:
             mix.log_table = table(a)

@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dyncompress.cli.peers import peer_size
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "corpora"
 ENWIK8 = SHARED / "enwik8" / "enwik8_head_3500000"
@@ -64,13 +66,8 @@ def child(python: str, name: str, settings: dict, decode: bool, cwd: str) -> dic
 
 
 def ppmd(name: str) -> int | None:
-    try:
-        import pyppmd
-    except ImportError:
-        return None
     path, start, stop = INPUTS[name]
-    data = path.read_bytes()[start : stop or None]
-    return len(pyppmd.compress(data, max_order=6, mem_size=16 << 20))
+    return peer_size("PPMd o6", path.read_bytes()[start : stop or None])
 
 
 def main() -> None:

@@ -26,11 +26,11 @@ import platform
 import time
 from pathlib import Path
 
-import pyppmd
 from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on the path)
 
 from dyncompress.api import resolve_model
 from dyncompress.auto import choose_start
+from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import measure
 from dyncompress.config.settings import EXPERTS, make_settings
 
@@ -41,8 +41,8 @@ ABLATION = {
 }
 
 
-def ppmd_bpb(data: bytes) -> float:
-    return 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+def ppmd_bpb(data: bytes) -> float | None:
+    return peer_bits("PPMd o6", data)
 
 
 def row(data: bytes, model, experts: str, **kw) -> tuple[float, float]:

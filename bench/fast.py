@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import lzma
 import os
 import platform
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dyncompress.cli.peers import peer_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPORA = ROOT.parent / "shared" / "corpora"
@@ -57,8 +58,6 @@ def main() -> None:
     ap.add_argument("--inputs", nargs="*", default=list(INPUTS), choices=list(INPUTS))
     ap.add_argument("--default", action="store_true", help="also the default level's file size")
     a = ap.parse_args()
-    import pyppmd
-
     print(f"# bench/fast.py, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,10 +76,10 @@ def main() -> None:
                 run("encode", "-f", "-k", str(src))
                 default = packed.stat().st_size * 8 / len(data)
             t = time.perf_counter()
-            xz = len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) * 8 / len(data)
+            xz = peer_bits("lzma -9e", data)
             xz_speed = len(data) / (time.perf_counter() - t) / 1000
             t = time.perf_counter()
-            ppmd = len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) * 8 / len(data)
+            ppmd = peer_bits("PPMd o6", data)
             ppmd_speed = len(data) / (time.perf_counter() - t) / 1000
             row = (name, len(data), fast, enc, dec, coding_speed(data), xz, xz_speed, ppmd, ppmd_speed, default)
             print(row, flush=True)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from dyncompress.cli.base import SizeParam
+from dyncompress.cli.peers import peer_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
@@ -47,11 +48,7 @@ def cli(*args, **kw) -> float:
 
 
 def ppmd_bpb(data: bytes) -> float | None:
-    try:
-        import pyppmd
-    except ImportError:
-        return None
-    return 8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data)
+    return peer_bits("PPMd o6", data)
 
 
 def say(line: str) -> None:

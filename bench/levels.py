@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from dyncompress.api import resolve_model
+from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import VARIANTS, measure, row_settings
 from dyncompress.config.settings import MODEL_LEVELS, make_settings
 
@@ -44,12 +45,8 @@ def main() -> None:
     data = HEAD.read_bytes()[lo:hi]
     model = resolve_model("enwiki-h256")
     print(f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}; enwik8 [{lo:,}, {hi:,})")
-    try:
-        import pyppmd
-
-        print(f"PPMd order 6: {8 * len(pyppmd.compress(data, max_order=6, mem_size=256 << 20)) / len(data):.4f}")
-    except ImportError:
-        print("PPMd: pyppmd not installed")
+    ppmd = peer_bits("PPMd o6", data)
+    print(f"PPMd order 6: {ppmd:.4f}" if ppmd is not None else "PPMd: pyppmd not installed")
     results: dict[str, list] = {}
     for _ in range(args.repeat):
         for name in args.rows.split(","):

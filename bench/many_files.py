@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dyncompress.cli.peers import peer_size
+
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "canterbury"
 TEXTS = ("alice29.txt", "asyoulik.txt", "lcet10.txt", "plrabn12.txt")
 
@@ -39,13 +41,11 @@ def main() -> None:
     total = sum(map(len, pieces.values()))
     print(f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}")
     print(f"{args.files} files of {args.size:,} bytes ({total:,} in all), default level")
-    try:
-        import pyppmd
-
-        ppmd = sum(len(pyppmd.compress(p, max_order=6, mem_size=256 << 20)) for p in pieces.values())
-        print(f"PPMd order 6, file by file: {8 * ppmd / total:.4f} bits/byte")
-    except ImportError:
+    sizes = [peer_size("PPMd o6", p) for p in pieces.values()]
+    if None in sizes:
         print("pyppmd not installed")
+    else:
+        print(f"PPMd order 6, file by file: {8 * sum(sizes) / total:.4f} bits/byte")
     root = Path(tempfile.mkdtemp())
     try:
         results, packed = {}, {}

@@ -1,7 +1,7 @@
 """Golden files: .dc files written by released versions keep decoding, and the encoder still
 writes them byte for byte (a file format is a promise).
 
-format2/NAME.dc was written from NAME.src by `golden/make.py` (format 2, exact arithmetic): every
+format2/NAME.dc was written from NAME.src by `tools/golden_files.py` (format 2, exact arithmetic): every
 version that reads format 2, on every machine, must decode it exactly and re-encode the source
 with the recorded settings to the same header (less the platform record) and the same blocks
 (format 3 ends a stream with a frame index and a longer end marker).

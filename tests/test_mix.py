@@ -799,7 +799,7 @@ def test_format2_settings_read_as_no_experts():
 
 def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     """With the shipped model and every expert, the mixer's weight rows start from those learned
-    on text (`bench/mixer_prior.py`); every frame and reset starts there again. Online mode starts
+    on text (`tools/mixer_prior.py`); every frame and reset starts there again. Online mode starts
     from its own prior; the fast level (no network) and other experts keep the hand-set start."""
     s = make_settings(model=model, device="cpu")
     assert s.mix.prior == DEFAULT_PRIOR

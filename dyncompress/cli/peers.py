@@ -124,3 +124,17 @@ def bench_peer(peer: Peer, data: bytes, importer=importlib.import_module) -> Ben
 def bench_dyncompress(data: bytes, name: str, model, progress=None, **settings) -> BenchRow:
     blob, encode_s, decode_s = round_trip(data, model, progress, **settings)
     return BenchRow(name, len(blob), encode_s, decode_s)
+
+
+def peer_size(name: str, data: bytes) -> int | None:
+    """`data` packed by the peer called `name` in PEERS ("PPMd o6", "lzma -9e", ...): its size in
+    bytes, checked to round-trip; None where the peer's Python package is not installed. Every
+    benchmark script runs its peers through this (or `bench_peer`), so they all run them alike."""
+    row = bench_peer(next(p for p in PEERS if p.name == name), data)
+    return row.size
+
+
+def peer_bits(name: str, data: bytes) -> float | None:
+    """Bits per byte of `data` under the peer `name` (None: not installed)."""
+    size = peer_size(name, data)
+    return None if size is None or not data else 8 * size / len(data)

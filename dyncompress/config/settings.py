@@ -141,7 +141,7 @@ MIX_PRIORS = {
 PRIOR_SETS = {"text5": (7, True), "text6": (7, True)}
 NARROWER = {"text5": "text4", "text6": "text4"}
 # text5: learned at the default with every expert and weight set, each row the mean over the codings
-# that chose it (`bench/mixer_prior.py`), on English prose and Wikipedia; text6: the same with the
+# that chose it (`tools/mixer_prior.py`), on English prose and Wikipedia; text6: the same with the
 # model's training text in Portuguese, Italian, German, French and Russian added, which `auto` chooses
 # for text in other languages than English (`auto.FOREIGN_PRIOR`). text1 ... text4 stay for the files
 # that name them.

@@ -62,7 +62,7 @@ same bits; `exact.frequencies` turns z into the coded frequencies. The per-byte 
 (`mix_kernels`, numba), one call per step for all lanes.
 
 The mixer prior: with a pretrained model every weight row starts as learned on text (`MixSettings.
-prior`, a `prior_NAME.npz` of the package checked by its SHA-256; `bench/mixer_prior.py` makes
+prior`, a `prior_NAME.npz` of the package checked by its SHA-256; `tools/mixer_prior.py` makes
 them), each row at the rate it had learned down to; online mode starts from its own (online1,
 online2), the fast level from the hand-set weights. `widen_prior` gives a prior made before an
 input existed that input's rows (`WIDENED`). Why each piece is there, and what it measured:
@@ -121,7 +121,7 @@ APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # every weight set, for the fast mixer and the slow, from text3 on every row's starting step count
 # too, and the SHA-256 of their int64 little-endian bytes (W | W_slow | updates, where there are
 # step counts). A prior whose rows are another's names it (`rows_from`: text3 has text2's rows) and
-# holds only its step counts. Made by `bench/mixer_prior.py`.
+# holds only its step counts. Made by `tools/mixer_prior.py`.
 PRIOR_SHA256 = {
     "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
     "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",

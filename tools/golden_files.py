@@ -1,6 +1,6 @@
 """Write golden .dc files with the dyncompress that is importable (run once per released format).
 
-    python tests/golden/make.py tests/golden/format2
+    python tools/golden_files.py tests/golden/format2
 
 Format 2 computes exactly, so any machine writes the same files. (Format 1's files, in
 format1/, were written by 0.2.0 under MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default.)
@@ -14,7 +14,7 @@ import numpy as np
 
 import dyncompress
 
-CORPORA = Path(__file__).resolve().parents[2] / "corpora"
+CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 noise = bytes(np.random.default_rng(9).integers(0, 256, 1200, dtype=np.uint8))
 CASES = {
     # online mode, three blocks, the first stored (noise would expand), ragged lanes

@@ -13,9 +13,9 @@ comes out with its recorded hash, 2026-12-04). text1 ... text3 and online1 were 
 before the wrap table (`settings.MIX_PRIORS`); text4 and online2 are text3 and online1 widened for it
 (`mix.widen_prior`), not made here; text5 and text6 hold every expert's and every weight set's rows.
 
-    python bench/mixer_prior.py [--prior text5] [-o dyncompress/experts/prior_text5.npz]
-    python bench/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
-    python bench/mixer_prior.py --compare none,online1     # online mode's (none: hand-set) on ONLINE_PANEL
+    python tools/mixer_prior.py [--prior text5] [-o dyncompress/experts/prior_text5.npz]
+    python tools/mixer_prior.py --compare text2,text3      # the priors side by side on PANEL
+    python tools/mixer_prior.py --compare none,online1     # online mode's (none: hand-set) on ONLINE_PANEL
 
 (Alone on a 2-core CPU: text1, three times 300 kB, about 1.5 minutes; text2 and text3, 1.9 MB, about 2;
 --compare, about a minute per prior; in online mode, on ONLINE_PANEL, about seven.)
@@ -30,14 +30,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from cheaper import ppmd_bpb  # bench/ is on the path
-from exact_vs_float import ROOT, SHARED
 
 from dyncompress.api import resolve_model
+from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.codec import Codec, encode_block
 from dyncompress.coding.measure import measure
 from dyncompress.config.settings import MIX_PRIORS, make_settings
 from dyncompress.experts.mix import load_prior, prior_sha256
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "corpora"  # the team's corpora, beside the repository (training text)
 
 # Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish, each coded
 # at the settings the prior was made with, pinned here so that a later change of the default level
@@ -122,7 +124,7 @@ def compare(names: list[str], model) -> None:
     ONLINE_PANEL in online mode."""
     online = any(PRIORS.get(n, ({},))[0].get("online") for n in names)
     model, panel, size = (None, ONLINE_PANEL, PANEL_BYTES[True]) if online else (model, PANEL, PANEL_BYTES[False])
-    print(f"# bench/mixer_prior.py --compare, {datetime.date.today()}, {platform.machine()}")
+    print(f"# tools/mixer_prior.py --compare, {datetime.date.today()}, {platform.machine()}")
     print(f"| text (first {size // 1000} kB) | PPMd o6 bits/byte | " + " | ".join(f"{n} bytes" for n in names) + " |")
     print("|---|---:|" + "---:|" * len(names))
     totals = np.zeros(len(names))
@@ -135,7 +137,7 @@ def compare(names: list[str], model) -> None:
         sizes = [measure(data, replace(s, mix=mix), model).bits / 8 for mix in mixes]
         totals += sizes
         cells = [f"{sizes[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / sizes[0] - 1):+.2f} %)" for b in sizes[1:]]
-        ppmd = ppmd_bpb(data)
+        ppmd = peer_bits("PPMd o6", data)
         print(f"| {path} | {f'{ppmd:.4f}' if ppmd else '-'} | {' | '.join(cells)} |", flush=True)
     cells = [f"{totals[0]:,.0f}"] + [f"{b:,.0f} ({100 * (b / totals[0] - 1):+.2f} %)" for b in totals[1:]]
     print("| all | | " + " | ".join(cells) + " |")
