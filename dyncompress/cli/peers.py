@@ -138,3 +138,61 @@ def peer_bits(name: str, data: bytes) -> float | None:
     """Bits per byte of `data` under the peer `name` (None: not installed)."""
     size = peer_size(name, data)
     return None if size is None or not data else 8 * size / len(data)
+
+
+@dataclass(frozen=True)
+class CommandPeer:
+    """A compressor run as a program, as a user runs it (start-up included): `pack` and `unpack`
+    are argument lists in which "{in}" and "{out}" stand for the files."""
+
+    name: str
+    pack: tuple[str, ...]
+    unpack: tuple[str, ...]
+
+
+def command_peers(paq8px: str | None = None, cmix: str | None = None) -> list[CommandPeer]:
+    """The programs found on this machine: gzip -9, xz -9e, zstd -19 (on the PATH), paq8px -8 and
+    cmix where their binaries are given (both are built from their public sources)."""
+    import shutil
+
+    found = []
+    for name, pack, unpack in (
+        ("gzip -9", ("gzip", "-9", "-c", "{in}"), ("gzip", "-d", "-c", "{in}")),
+        ("xz -9e", ("xz", "-9e", "-c", "{in}"), ("xz", "-d", "-c", "{in}")),
+        ("zstd -19", ("zstd", "-19", "-q", "-c", "{in}"), ("zstd", "-d", "-q", "-c", "{in}")),
+    ):
+        if shutil.which(pack[0]):
+            found.append(CommandPeer(name, pack, unpack))
+    if paq8px:
+        found.append(CommandPeer("paq8px -8", (paq8px, "-8", "{in}", "{out}"), (paq8px, "-d", "{in}", "{out}")))
+    if cmix:
+        found.append(CommandPeer("cmix", (cmix, "-c", "{in}", "{out}"), (cmix, "-d", "{in}", "{out}")))
+    return found
+
+
+def bench_command(peer: CommandPeer, path: str, folder: str) -> BenchRow:
+    """Pack the file at `path` and unpack it again with `peer`'s program, in `folder`; checked to
+    round-trip. A program that writes to stdout (no "{out}") has its output captured."""
+    import os
+    import subprocess
+
+    def run(args: tuple[str, ...], src: str, dst: str) -> float:
+        argv = [a.replace("{in}", src).replace("{out}", dst) for a in args]
+        started = time.perf_counter()
+        if "{out}" in args:
+            subprocess.run(argv, check=True, capture_output=True, cwd=folder)
+        else:
+            with open(dst, "wb") as out:
+                subprocess.run(argv, check=True, stdout=out, stderr=subprocess.PIPE, cwd=folder)
+        return time.perf_counter() - started
+
+    packed, back = os.path.join(folder, "packed"), os.path.join(folder, "unpacked")
+    for stale in (packed, back):
+        if os.path.exists(stale):
+            os.remove(stale)
+    encode_s = run(peer.pack, path, packed)
+    decode_s = run(peer.unpack, packed, back)
+    with open(path, "rb") as a, open(back, "rb") as b:
+        if a.read() != b.read():
+            raise DyncompressError(f"{peer.name} did not round-trip")
+    return BenchRow(peer.name, os.path.getsize(packed), encode_s, decode_s)
