@@ -5,7 +5,7 @@ the CLI tests' settings (online, hidden 32, 8 lanes, segments of 8) and reports 
 many entries `exact.floor_sqrt_` had to correct in that run (the library's square root was not
 correctly rounded there). All must agree. With --cold the numba cache of the package is removed
 before each round, so the processes compile while the others run: the load under which torch's
-CPU sqrt once gave 32159.99... for the root of 32160^2 (BENCHMARKS.md, 2026-12-01).
+CPU sqrt once gave 32159.99... for the root of 32160^2 (docs/lab/notebook.md, 2026-12-01).
 
     python bench/fingerprint_stress.py --rounds 10 --processes 8 --cold
 """

@@ -1,6 +1,6 @@
 """One encode of the first N bytes of a file with explicit settings: bits per byte only.
 
-Used to tune the defaults (BENCHMARKS.md, "Tuning"): quicker than benchmark.py because it
+Used to tune the defaults (docs/lab/notebook.md, "Tuning"): quicker than benchmark.py because it
 skips the header, the decode and the peers. Bits per byte do not depend on machine load,
 so several probes may run side by side; their speeds then mean nothing.
 

@@ -6,7 +6,7 @@ Japanese, images, object code, tables of numbers) its prior costs more than it g
 the first 100 kB of calgary/obj2 2.4404 bits per byte against 2.6251, calgary/pic 0.4071 against
 0.4552, Chinese (zho/digong) 2.5065 against 2.5703, Japanese (jpn/lowndes) 1.8217 against 1.8483;
 on every English and European text tried the model wins by 3 ... 10 %, and on source code but
-one file (calgary/progp, online 2 % smaller) by 2 ... 10 % (BENCHMARKS.md, "Online mode where
+one file (calgary/progp, online 2 % smaller) by 2 ... 10 % (the lab notebook, "Online mode where
 the model does not fit").
 
 So the encoder asks the model first: its network alone, as trained (no adaptation, no experts),
@@ -52,7 +52,7 @@ ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 # text 0.004 ... 0.05, Russian 0.79 ... 0.86) starts its mixer from FOREIGN_PRIOR, learned on those
 # languages as well as English: whole European texts 0.1 ... 0.5 % smaller than from the default's
 # prior (text5, English and Spanish only), which codes English 0.2 % smaller (enwik6 1.6409 against
-# 1.6443; BENCHMARKS.md, 2026-12-05). Since 2026-12-05 (evening) it also starts from FOREIGN_MODEL (settings), the
+# 1.6443; the lab notebook, 2026-12-05). Since 2026-12-05 (evening) it also starts from FOREIGN_MODEL (settings), the
 # default model fine-tuned with its European training text weighted up (models/multi-h256.md): whole
 # German, Italian, Portuguese, Spanish, Russian novels 0.3 ... 2.7 % smaller, the first 100 kB of every
 # European text it never saw 0.5 ... 3.9 %; English 1.1 ... 3.2 % larger, so the share counts two-byte

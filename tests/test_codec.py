@@ -116,7 +116,7 @@ def test_fingerprint_is_reproduced_by_a_fresh_process_and_tracks_settings():
 
 
 def test_bounded_stress_run_has_no_failures(tmp_path):
-    """bench/stress.py for ~3 s (small inputs and networks; BENCHMARKS.md has a long run): random
+    """bench/stress.py for ~3 s (small inputs and networks; the lab notebook has a long run): random
     inputs, modes, levels, lanes and block sizes, in-process and in fresh CLI processes, two
     workers at once; every round trip exact."""
     script = Path(__file__).resolve().parent.parent / "bench" / "stress.py"

@@ -49,7 +49,7 @@ SHARED = ROOT.parent / "shared" / "corpora"  # the team's corpora, beside the re
 # at the default of 2026-12-04 (LoRA on W_out, a lane per 40 kB); text3: text2's rows, every row
 # starting at the mean of the steps it took, at most 128 (it starts at the rate it had learned down
 # to rather than 16 times the settled rate: on eight texts of 150 kB 0.09 ... 1.2 % smaller; at most
-# 32 or 64 steps, or the mean itself, gained less, BENCHMARKS.md).
+# 32 or 64 steps, or the mean itself, gained less, docs/lab/notebook.md).
 SETTLED = {"text3": 128}  # the most steps a row of these priors starts with (the others start at 0)
 ROWS_FROM = {"text3": "text2"}  # priors whose rows are another's: their file names it (checked equal)
 PRIORS = {

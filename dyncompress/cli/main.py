@@ -84,8 +84,8 @@ def main() -> None:
     """
 
 
-# --fast's speed, the same words in --help and README.md (test_cli checks): BENCHMARKS.md, bench/speed.py
-FAST_SPEED = "about 5 times the default level's speed (enwik6 from the command line on 2 cores: 95-110 kB/s)"
+# --fast's speed, the same words in --help and README.md (test_cli checks): bench/report.py, bench/speed.py
+FAST_SPEED = "5 to 6 times the default level's speed (enwik6 from the command line on 2 cores: 95-142 kB/s)"
 D = Settings()
 MODEL_HELP = (
     "The model file to decode with, when the one the file names is not installed here "
@@ -228,7 +228,7 @@ def encode(
     A small input gets fewer lanes (one per 40 kB), and the frames of a longer
     input three quarters of the level's. With --online the level picks the
     network's size instead. --fast codes without a network: the
-    byte statistics and their mixer alone, about 5 times faster.
+    byte statistics and their mixer alone, 5 to 6 times faster.
     """
     opts = make_options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
