@@ -2,20 +2,14 @@
 
 The shipped model learned English and other European text. On data unlike that (Chinese,
 Japanese, images, object code, tables of numbers) its prior costs more than it gives, even after
-100 kB of adaptation, and a network that starts from online mode's random seed codes smaller: on
-the first 100 kB of calgary/obj2 2.4404 bits per byte against 2.6251, calgary/pic 0.4071 against
-0.4552, Chinese (zho/digong) 2.5065 against 2.5703, Japanese (jpn/lowndes) 1.8217 against 1.8483;
-on every English and European text tried the model wins by 3 ... 10 %, and on source code but
-one file (calgary/progp, online 2 % smaller) by 2 ... 10 % (the lab notebook, "Online mode where
-the model does not fit").
+100 kB of adaptation, and a network that starts from online mode's random seed codes smaller.
 
 So the encoder asks the model first: its network alone, as trained (no adaptation, no experts),
 codes the input's first PROBE_BYTES in PROBE_LANES lanes. Above ONLINE_ABOVE bits per byte the file
-is coded online; else with the model. On the shared corpora the inputs the model wins on cost it
-at most 5.9 bits per byte (calgary/trans), and every input that probes at 6.4 or more codes
-smaller online (obj2, every Japanese and Chinese text, images; silesia/xml as small). The choice
-is the encoder's alone: the header records the start like any other setting, and a decoder
-follows it.
+is coded online (ONLINE); else with the model, and text in another European language than English
+(`foreign_share`) from the model and mixer prior fine-tuned for those languages (FOREIGN_MODEL,
+FOREIGN_PRIOR). The choice is the encoder's alone: the header records the start like any other
+setting, and a decoder follows it. The measurements behind each threshold: docs/lab/auto.md.
 """
 
 from __future__ import annotations
@@ -38,25 +32,11 @@ from dyncompress.config.settings import (
 PROBE_BYTES = 4096
 PROBE_LANES = 4
 ONLINE_ABOVE = 6.25  # bits per byte of the probe
-# online mode's settings when the probe chooses it, over the level's: a network of 128 units keeps
-# most of what 256 units gain (first 100 kB, at -2's rate 2e-3: obj2 2.4831 against 2.4404, pic
-# 0.4101 / 0.4071, zho 2.5115 / 2.5065, jpn 1.8230 / 1.8217) at about 60 % of their time, about 1.4
-# times the model's; at 3e-3 every input tried is smaller still (obj2 2.4662, pic 0.4087, zho
-# 2.5065, jpn 1.8220; 1.2e-3, 4e-3 and 6e-3 are worse on obj2). Segments of 32 (2026-12-05; of 16
-# before, 64 at online mode's -6): whole mushanokoji2 1.6074 -> 1.6039 bits per byte in 57 % of the
-# time, digong 2.1434 -> 2.1420 (of 64: 1.6048, 2.1433).
+# online mode's settings when the probe chooses it, over the level's: a network of 128 units
 ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
-# Text the model starts in another language than English (more than FOREIGN_SHARE of its first bytes
-# are accented letters or Cyrillic: `foreign_share`; in the first 4 kB of every English, Wikipedia and
-# program text of the shared corpora 0.000, of every Portuguese, Spanish, Italian, French and German
-# text 0.004 ... 0.05, Russian 0.79 ... 0.86) starts its mixer from FOREIGN_PRIOR, learned on those
-# languages as well as English: whole European texts 0.1 ... 0.5 % smaller than from the default's
-# prior (text5, English and Spanish only), which codes English 0.2 % smaller (enwik6 1.6409 against
-# 1.6443; the lab notebook, 2026-12-05). Since 2026-12-05 (evening) it also starts from FOREIGN_MODEL (settings), the
-# default model fine-tuned with its European training text weighted up (models/multi-h256.md): whole
-# German, Italian, Portuguese, Spanish, Russian novels 0.3 ... 2.7 % smaller, the first 100 kB of every
-# European text it never saw 0.5 ... 3.9 %; English 1.1 ... 3.2 % larger, so the share counts two-byte
-# UTF-8 characters and Latin-1 letters, not the three-byte quotes and dashes of English typography.
+# Text the model starts in another language than English: more than FOREIGN_SHARE of its first bytes
+# are two-byte UTF-8 characters or Latin-1 letters (`foreign_share`; not the three-byte quotes and
+# dashes of English typography); it starts from FOREIGN_MODEL and FOREIGN_PRIOR.
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
 AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)

@@ -227,10 +227,8 @@ class MLSTMPredictor:
 class MixedPredictor:
     """The network mixed with exact byte statistics (`mix.Experts`, format 3). The network's segment
     step descends the code length of the mixture (what was coded), so it learns what the statistics
-    miss: on 300 kB of enwik6 that beats learning from its own predictions by 0.6 % (pretrained)
-    and 3.2 % (online). The mixer and the statistics learn from every byte, at the next step (or
-    at `adapt`, for a segment's last); learning the mixer in the segment step instead measured
-    0.05 % worse. Without a network (`Settings.hidden` 0, `--fast`) its place is a `NoNetwork`."""
+    miss. The mixer and the statistics learn from every byte, at the next step (or at `adapt`, for
+    a segment's last). Without a network (`Settings.hidden` 0, `--fast`) its place is a `NoNetwork`."""
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len

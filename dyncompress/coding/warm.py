@@ -10,8 +10,7 @@ it in the files' headers). Where there is none they run `main` in a child proces
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
 small tables, in as many lanes as a large input has, at the default thread count), numba compiles
 every kernel that path calls and writes it to its cache, and the child's memory goes back when it
-exits. The command then loads the kernels from the cache (the lab notebook: enwik6's first encode
-925 MB; one child for all three ways kept 946 MB at its end, one a way at most 830 MB).
+exits. The command then loads the kernels from the cache.
 
 The stamp is a hint, never a promise: it names the Python, numba, llvmlite and numpy versions,
 the kernels' source files (their size and modification time, which numba's own cache checks)

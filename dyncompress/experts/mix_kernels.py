@@ -232,7 +232,7 @@ def choose_rows(rows, tagv, base, ct, tags, ways):
     the context's, else, a context not in any, the one whose counts sum least (the first of those),
     which `count_bytes` then starts afresh. The direct tables' rows keep theirs (their tags and
     the contexts' are all 0). The hashed tables of rows of counts (the word alone) choose as
-    those of slots (the whole of Don Quijote 0.13 % smaller, freud 0.15 %).
+    those of slots.
     It reads the tables only, as they were after the last byte, so every lane's choice is its own
     and the lanes' order cannot matter; two lanes that choose one row for different contexts are
     settled as `count_bytes` settles any such pair (the lower lane's tag)."""
@@ -279,8 +279,8 @@ def touch_rows(ct, tags, rows, lo, hi):
 @njit(cache=True, parallel=True)
 def touch_parts(parts, ct, tags, rows):
     """`touch_rows` in the runs of lanes `mix_parts` mixes, each on its thread: every thread brings
-    in the rows it will read itself (one thread for all: 7 % slower at --fast, the other core
-    reading them from this one's cache)."""
+    in the rows it will read itself (one thread for all was slower: the other core then reads them
+    from this one's cache)."""
     B = rows.shape[0]
     total = np.zeros(parts, dtype=np.int64)
     for p in prange(parts):
@@ -447,7 +447,7 @@ def mix_step(
     those listed in ent[b, :m] (m = n_ent[b]) as (i, j, e_ij - base[b, i]): a context's counts,
     the PPM input's bytes seen, the one byte the match and the recent byte predict. The sums below
     are the sums over all 256 bytes of every input regrouped, in integers: the same values to the
-    bit (the mixer's cost was not in these sums: at --fast as fast as the dense ones, 2026-12-04)."""
+    bit."""
     E0, base, ent, n_ent = ev
     counts, slot, n_dense = ct
     n_slots = n_slots_of(slot)
@@ -770,8 +770,7 @@ def count_bytes(rows, tagv, y, k, ct, tags, recent, count_limit, t_lo, t_hi, bas
     table's rows are its own, so tables can be taken in any grouping (`learn_parts`). With `ways`
     > 1 (`choose_rows`), a row that starts afresh halves the counts of the other rows of its
     group (rounding up; base: every table's first row), so that a row busy long ago gives way to
-    newer contexts (enwik8's 3.5 MB head: four ways without it 0.34 % larger than one, with it
-    0.06 % smaller; Don Quijote 1.5 and 1.1 % smaller). Lanes take their rows in order.
+    newer contexts. Lanes take their rows in order.
 
     ct = (counts, slot, n_dense): rows below n_dense are rows of counts (rows, 256), a count for
     every byte, with their tags and recent bytes in `tags` and `recent`; the rest rows of slot

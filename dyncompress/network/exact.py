@@ -736,7 +736,7 @@ def floor_sqrt_(v: torch.Tensor) -> torch.Tensor:
     of the truth (its floor within 2) floors right. A correctly rounded square root needs no
     correction, but torch's CPU `sqrt` is not always one: in 1 to 3 of 80-120 fresh processes on a
     loaded machine it gave 32159.99... for the root of 32160^2 (in 129 of 54,656 entries, the first
-    call only), so the self-test of the files made there failed (the lab notebook, 2026-12-01). Where
+    call only), so the self-test of the files made there failed. Where
     the root was right nothing changes: the bits are those of format 2 as before."""
     r = v.sqrt().floor_()
     for _ in range(2):
