@@ -23,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from payload_hashes import record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 FILES = {
@@ -49,14 +52,8 @@ def run(tree: str, args: list[str]) -> tuple[float, int]:
 
 def payload_digest(path: Path) -> str:
     """The payloads' hash (the header records who coded: versions differ there by design)."""
-    from dyncompress.format.container import Block, read_frames
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for item in read_frames(f.read):
-            if isinstance(item, Block):
-                digest.update(item.payload)
-    return digest.hexdigest()[:12]
+    blocks = record(path.read_bytes())["blocks"]
+    return hashlib.sha256(repr(blocks).encode()).hexdigest()[:12]
 
 
 def main() -> int:

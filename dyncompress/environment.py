@@ -26,15 +26,17 @@ VARIABLES: dict[str, str] = {
 }
 
 
-def get(name: str, default: str = "") -> str:
-    """The variable's value, `default` where it is not set."""
+def _listed(name: str) -> str:
     if name not in VARIABLES:
         raise KeyError(f"{name} is not listed in environment.VARIABLES")
-    return os.environ.get(name, default)
+    return name
+
+
+def get(name: str, default: str = "") -> str:
+    """The variable's value, `default` where it is not set."""
+    return os.environ.get(_listed(name), default)
 
 
 def given(name: str) -> bool:
     """Whether the variable is set at all (even to an empty string)."""
-    if name not in VARIABLES:
-        raise KeyError(f"{name} is not listed in environment.VARIABLES")
-    return name in os.environ
+    return _listed(name) in os.environ

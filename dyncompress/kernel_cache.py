@@ -34,9 +34,9 @@ _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (its name b
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def kernel_files(folder: str = HERE) -> tuple[str, ...]:
-    """The kernel modules' files in the package at `folder` (absolute)."""
-    return tuple(os.path.join(folder, *name.split("/")) for name in KERNEL_FILES)
+def kernel_files() -> tuple[str, ...]:
+    """The kernel modules' files in this package (absolute)."""
+    return tuple(os.path.join(HERE, *name.split("/")) for name in KERNEL_FILES)
 
 
 @functools.cache
@@ -48,10 +48,10 @@ def _hash(stats: tuple) -> bytes:
     return digest.digest()
 
 
-def sources_stamp(folder: str = HERE) -> bytes:
-    """The SHA-256 of the kernel modules' sources in `folder`, read again when one's size or
+def sources_stamp() -> bytes:
+    """The SHA-256 of the kernel modules' sources, read again when one's size or
     modification time changes."""
-    stats = tuple((path, os.stat(path).st_mtime_ns, os.stat(path).st_size) for path in kernel_files(folder))
+    stats = tuple((path, os.stat(path).st_mtime_ns, os.stat(path).st_size) for path in kernel_files())
     return _hash(stats)
 
 
@@ -60,8 +60,8 @@ class SourcesLocator(caching._CacheLocator):
 
     sources_stamped = True  # (marks this class in numba's list, also a copy from a re-import)
 
-    def __init__(self, inner: caching._CacheLocator, folder: str) -> None:
-        self._inner, self._folder = inner, folder
+    def __init__(self, inner: caching._CacheLocator) -> None:
+        self._inner = inner
 
     def ensure_cache_path(self) -> None:
         self._inner.ensure_cache_path()
@@ -70,7 +70,7 @@ class SourcesLocator(caching._CacheLocator):
         return self._inner.get_cache_path()
 
     def get_source_stamp(self) -> bytes:
-        return sources_stamp(self._folder)
+        return sources_stamp()
 
     def get_disambiguator(self) -> str:
         return self._inner.get_disambiguator()
@@ -84,7 +84,7 @@ class SourcesLocator(caching._CacheLocator):
             if not getattr(other, "sources_stamped", False):
                 inner = other.from_function(py_func, py_file)
                 if inner is not None:
-                    return cls(inner, HERE)
+                    return cls(inner)
         return None
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,8 +156,6 @@ class CommandPeer:
 def command_peers(paq8px: str | None = None, cmix: str | None = None) -> list[CommandPeer]:
     """The programs found on this machine: gzip -9, xz -9e, zstd -19 (on the PATH), paq8px -8 and
     cmix where their binaries are given (both are built from their public sources)."""
-    import shutil
-
     found = []
     for name, pack, unpack in (
         ("gzip -9", ("gzip", "-9", "-c", "{in}"), ("gzip", "-d", "-c", "{in}")),
@@ -173,8 +174,6 @@ def command_peers(paq8px: str | None = None, cmix: str | None = None) -> list[Co
 def bench_command(peer: CommandPeer, path: str, folder: str) -> BenchRow:
     """Pack the file at `path` and unpack it again with `peer`'s program, in `folder`; checked to
     round-trip. A program that writes to stdout (no "{out}") has its output captured."""
-    import os
-    import subprocess
 
     def run(args: tuple[str, ...], src: str, dst: str) -> float:
         argv = [a.replace("{in}", src).replace("{out}", dst) for a in args]

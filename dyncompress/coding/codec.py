@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -79,7 +80,12 @@ class Codec:
             self._code_block(coder, tokens, length, progress, set_torch_threads)
 
     def _code_block(
-        self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None, set_torch_threads
+        self,
+        coder: Coder,
+        tokens: np.ndarray,
+        length: int,
+        progress: Progress | None,
+        set_torch_threads: Callable[[int], None],
     ) -> None:
         steps, lens = lane_lengths(length, self.s.lanes)
         assert tokens.shape == (steps, self.s.lanes)

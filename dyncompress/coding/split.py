@@ -4,8 +4,8 @@ of lanes on a core of its own (`step_kernels.forward_parts`, `backward_parts`,
 
 The threads of a split meet at a barrier several times every byte position. That pays only while
 every one of them has a core: on a machine where other work runs, a thread waits (spinning, as
-OpenMP's threads do by default) for one that is descheduled, and a coding that takes 12 s on one
-thread alone took 44 s on two beside one busy process. So whether a split runs is not decided once
+OpenMP's threads do by default) for one that is descheduled, and two threads beside one busy
+process code several times slower than one thread. So whether a split runs is not decided once
 but measured as the coding goes (`Chooser`): the coding loop times windows of segments split and
 whole, keeps the faster, and tries the other again from time to time, sooner when the speed it has
 drops. Where the split does not pay (few lanes, a busy machine) it stops running, and its threads

@@ -13,7 +13,7 @@ every kernel that path calls and writes it to its cache, and the child's memory 
 exits. The command then loads the kernels from the cache.
 
 The stamp is a hint, never a promise: it names the Python, numba, llvmlite and numpy versions,
-the kernels' source files (their size and modification time, which numba's own cache checks)
+the kernels' sources (their SHA-256, `kernel_cache.sources_stamp`, the key of numba's cache of them)
 and numba's CPU settings, and lives in numba's cache folder (`NUMBA_CACHE_DIR`, else the
 package's `__pycache__`, else the user's cache folder). Where the cache misses a kernel after all
 (another CPU; a path the child did not run, such as one lane: a small input, small tables), the
@@ -74,9 +74,7 @@ def stamp_path(kind: str) -> str | None:
 
     parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
     parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
-    for path in kernel_cache.kernel_files():
-        st = os.stat(path)
-        parts += [os.path.relpath(path, _PACKAGE), st.st_size, st.st_mtime_ns]
+    parts.append(kernel_cache.sources_stamp().hex())  # the key numba's cache of the kernels has
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
     return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
 
