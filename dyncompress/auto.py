@@ -113,6 +113,6 @@ def model_prior(foreign: bool, knobs: dict) -> dict:
     """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR for a text in another
     language (more than FOREIGN_SHARE of its start other languages' letters, `foreign_share`), else the
     default's; none chosen where the knobs choose the prior or the weight sets it fits."""
-    if not foreign or {"prior", "experts", "kinds", "state_set"} & set(knobs):
+    if not foreign or {"prior", "experts", "kinds"} & set(knobs):
         return {}
     return {"prior": FOREIGN_PRIOR}

@@ -1,4 +1,4 @@
-"""The experts and the mixer (format 3): exact, symmetric, bounded, and worth their bits."""
+"""The experts and the mixer (format 5): exact, symmetric, bounded, and worth their bits."""
 
 import math
 from dataclasses import replace
@@ -14,13 +14,12 @@ from dyncompress.coding.codec import Codec, decode_block, encode_block
 from dyncompress.coding.measure import measure
 from dyncompress.coding.predictor import NoNetwork
 from dyncompress.config.settings import (
-    BEFORE_WRAP,
     DEFAULT_PRIOR,
     EXPERTS,
     FAST_EXPERTS,
     NARROWER,
     ONLINE_PRIOR,
-    PRIOR_SETS,
+    PRIOR_KINDS,
     AdaptSettings,
     MixSettings,
     Settings,
@@ -28,7 +27,6 @@ from dyncompress.config.settings import (
 )
 from dyncompress.experts import mix_kernels as kernels
 from dyncompress.experts.mix import (
-    COUNT_EDGES,
     KINDS_SET,
     MATCH_EDGES,
     MATCH_STATES,
@@ -36,7 +34,6 @@ from dyncompress.experts.mix import (
     PRIOR_SHA256,
     RATE_SETTLE,
     RATE_START,
-    WIDENED,
     Z_BOUND,
     Experts,
     byte_classes,
@@ -53,6 +50,7 @@ from dyncompress.format.container import FORMAT2_MIX, parse_header
 from dyncompress.network.exact import checked_tables, frequencies
 
 ALL = ",".join(EXPERTS)
+BEFORE_WRAP = ",".join(e for e in EXPERTS if e != "wrap")
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", "wrap", ALL]
 
 
@@ -210,21 +208,20 @@ def test_the_ppm_input_is_ppm_c_with_exclusion():
 
 
 def test_a_lane_finds_a_repeat_in_its_own_text_before_a_newer_one_in_another_lane():
-    """match_lane: lane 0 repeats its own "hello world!", which lane 1 wrote later, followed by
-    another byte. The lane's own salted half of the match table points back into lane 0's history,
-    and the match predicts what followed there; the shared half alone (files made before match_lane) takes
-    lane 1's newer occurrence."""
+    """Lane 0 repeats its own "hello world!", which lane 1 wrote later, followed by another byte.
+    The lane's own salted half of the match table points back into lane 0's history, and the match
+    predicts what followed there, not what followed lane 1's newer occurrence (which the shared
+    half holds)."""
     lanes = (b"hello world!0" + b"z" * 20 + b"hello world!", b"q" * 20 + b"hello world!1" + b"q" * 12)
-    for own in (True, False):
-        experts = Experts(MixSettings(experts="orders,match", table_bits=12, match_bits=12, match_lane=own), 2)
-        assert experts.match_table.shape == ((1 + own) << 12,)
-        for a, b in zip(*lanes, strict=True):
-            freqs, used = experts.mix(np.zeros((2, 256)))
-            experts.learn(used, freqs, np.array([a, b]), 2)
-        assert experts.mlen[0] >= 12
-        assert experts.ptr[0] >> experts.hb == (0 if own else 1)
+    experts = Experts(MixSettings(experts="orders,match", table_bits=12, match_bits=12), 2)
+    assert experts.match_table.shape == (2 << 12,)
+    for a, b in zip(*lanes, strict=True):
         freqs, used = experts.mix(np.zeros((2, 256)))
-        assert dense_evidence(used["ev"], 0)[-1].argmax() == ord("0" if own else "1")
+        experts.learn(used, freqs, np.array([a, b]), 2)
+    assert experts.mlen[0] >= 12
+    assert experts.ptr[0] >> experts.hb == 0
+    freqs, used = experts.mix(np.zeros((2, 256)))
+    assert dense_evidence(used["ev"], 0)[-1].argmax() == ord("0")
 
 
 def test_two_mixers_learn_at_two_rates_and_their_logits_are_averaged():
@@ -282,12 +279,12 @@ def test_one_mixer_codes_its_own_logits_and_leaves_the_second_alone():
 
 def test_busy_rows_settle_at_the_floor_rate_and_rare_ones_learn_as_before():
     """A weight row's rate starts at RATE_START times mix_lr and comes down with its steps to
-    mix_floor (mix_lr where mix_floor is 0, as in files made before it): from the same state, a
+    mix_floor (against settling at mix_lr itself): from the same state, a
     step moves the rows chosen thousands of times less than it did, and the rows chosen rarely
     (still above mix_lr's rate) as much."""
     one = MixSettings(experts="orders,match", table_bits=12, mixers=1, classes=1)
     assert 0 < one.mix_floor < one.mix_lr
-    new, old = Experts(one, 1), feed(Experts(replace(one, mix_floor=0), 1), corpus("alice29.txt")[:6000])
+    new, old = Experts(one, 1), feed(Experts(replace(one, mix_floor=one.mix_lr), 1), corpus("alice29.txt")[:6000])
     lr = round(one.mix_lr * (1 << 20))
     assert new.lr_start == old.lr_start == RATE_START * RATE_SETTLE * lr
     assert old.lr == lr and new.lr == round(one.mix_floor * (1 << 20))
@@ -384,12 +381,12 @@ def test_every_set_of_experts_round_trips_real_text_and_noise_across_blocks(expe
     assert net.keys() == {k for k in a if not k.startswith("mix.")} and all(torch.equal(net[k], a[k]) for k in net)
 
 
-@pytest.mark.parametrize("slots, ways", [(0, 4), (2, 1), (2, 4)])
-def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots, ways):
-    """The hashed contexts in rows of a count per byte (files made before slots) and in rows of
-    two slots, where almost every context overflows its row and bytes replace each other, each in
-    its own row or in one of four (`choose_rows`): the decoder repeats every replacement, and its
-    tables end as the encoder's."""
+@pytest.mark.parametrize("ways", [1, 4])
+def test_rows_of_few_slots_round_trip_across_blocks(ways):
+    """The hashed contexts in rows of two slots, where almost every context overflows its row and
+    bytes replace each other, each in its own row or in one of four (`choose_rows`): the decoder
+    repeats every replacement, and its tables end as the encoder's."""
+    slots = 2
     text = corpus("alice29.txt")[:4000]
     settings = Settings(**{**NET, "lanes": 3}, mix=MixSettings(table_bits=12, slots=slots, ways=ways))
     enc, dec = Codec(settings), Codec(settings)
@@ -397,7 +394,7 @@ def test_rows_of_counts_and_rows_of_few_slots_round_trip_across_blocks(slots, wa
     assert decode_block(dec, payloads[0], 2500) + decode_block(dec, payloads[1], 1500) == text
     a, b = enc.predictor.state_dict(), dec.predictor.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert a["mix.slot"].shape[1] == 2 * slots + 4 and bool(a["mix.slot"].any()) == bool(slots)
+    assert a["mix.slot"].shape[1] == 2 * slots + 4 and a["mix.slot"].any()
 
 
 def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_least_counted():
@@ -483,20 +480,21 @@ def test_rows_of_slots_stay_packed_and_distinct():
 def test_a_context_with_more_bytes_than_slots_keeps_the_most_counted():
     """A hashed context followed by more distinct bytes than its row has slots: a new byte takes an
     empty slot, then the slot with the lowest count (the first of them); the bytes kept give their
-    counts' evidence, the one dropped reads as unseen. With a count for every byte nothing is dropped."""
+    counts' evidence, the one dropped reads as unseen. With slots enough nothing is dropped."""
     text = b"qqqqAqqqqBqqqqAqqqqCqqqq"  # order 4's "qqqq" is followed by A, B, A, C
     o4 = 1 + ORDERS.index(4)  # its input (0 is the network's)
     kept = {}
-    for slots in (0, 2):
+    for slots in (2, 4):
         experts = feed(Experts(MixSettings(experts="orders", table_bits=12, slots=slots), 1), text)
         _, used = experts.mix(np.zeros((1, 256)))
         row = used["rows"][0, o4 - 1]
-        assert (row >= experts.n_dense) == bool(slots)
+        assert row >= experts.n_dense  # (a row of slots)
         counts = experts.row_counts(row)
         kept[slots] = {chr(j): int(c) for j, c in enumerate(counts) if c}
         E = dense_evidence(used["ev"], 0)[o4]
-        assert E[ord("A")] > E[ord("C")] > E[ord("Z")] and E[ord("B")] == (E[ord("C")] if not slots else E[ord("Z")])
-    assert kept == {0: {"A": 2, "B": 1, "C": 1}, 2: {"A": 2, "C": 1}}
+        dropped = slots == 2
+        assert E[ord("A")] > E[ord("C")] > E[ord("Z")] and E[ord("B")] == (E[ord("Z")] if dropped else E[ord("C")])
+    assert kept == {4: {"A": 2, "B": 1, "C": 1}, 2: {"A": 2, "C": 1}}
 
 
 def test_the_record_length_is_found_by_votes_and_fades_without_them():
@@ -535,12 +533,9 @@ def test_the_record_context_finds_the_records_of_real_data_and_saves_bits():
     experts = feed(Experts(MixSettings(experts="record", table_bits=12), 1), data[:1000])
     assert experts.rec[0, 4] == 4
     without = ",".join(e for e in EXPERTS if e != "record")
-    for kinds, bound in ((0, 0.97), (7, 0.98)):  # 5 % smaller when written; 3.0 % beside the kinds set
-        s = settings_with(without, lanes=1)
-        off, on = (
-            measure(data, replace(s, mix=replace(s.mix, experts=e, kinds=kinds)), None).bits for e in (without, ALL)
-        )
-        assert on < bound * off, (kinds, on, off)
+    s = settings_with(without, lanes=1)
+    off, on = (measure(data, replace(s, mix=replace(s.mix, experts=e)), None).bits for e in (without, ALL))
+    assert on < 0.98 * off, (on, off)  # (3.0 % smaller when measured)
 
 
 def test_the_column_context_is_the_column_and_the_byte_above():
@@ -626,8 +621,8 @@ def test_table_sizes_are_bounded_and_stated():
     assert experts.slot.shape == (4 * full + 3 * full // 2 + 3 * (full // 16), 2 * default.mix.slots + 4)
     assert experts.slot.shape[1] == 64 and experts.slot.ctypes.data % 64 == 0
     assert experts.apm2.shape == (65536, experts.apm.shape[1]) and experts.apm2.dtype == np.int32
-    # the match table: 2^match_bits shared slots and as many for the lanes' own (match_lane)
-    assert default.mix.match_lane and experts.match_table.shape == (2 << default.mix.match_bits,)
+    # the match table: 2^match_bits shared slots and as many for the lanes' own
+    assert experts.match_table.shape == (2 << default.mix.match_bits,)
     assert experts.hist.size <= 1 << default.mix.history_bits
     # a small input gets small tables (and the same from a streaming encoder: one block)
     small = make_settings(model=None, device="cpu", size_hint=5000)
@@ -656,14 +651,13 @@ def test_the_wrap_context_knows_the_column_and_the_kinds_of_the_last_two_bytes()
     assert contexts[0] == contexts[1] and len({contexts[0], contexts[2], contexts[3]}) == 3, contexts
 
 
-def test_the_kinds_set_is_chosen_by_the_kinds_of_the_last_bytes_and_saves_bits():
+def test_the_kinds_set_is_chosen_by_the_kinds_of_the_last_bytes():
     """The mixer's seventh weight set (MixSettings.kinds) is chosen by the kinds of the last `kinds`
     bytes (`fine_kind`: byte_kind's, the letters split into small, capital, UTF-8 lead and
     continuation bytes): two histories of the same kinds share a row, another kind anywhere in the
-    last `kinds` bytes takes another. kinds 0 has the six sets of the files made before it. Without
-    the network, 30 kB of alice29 costs less with it."""
+    last `kinds` bytes takes another."""
     assert [fine_kind(c) for c in b" aZ\xc3\xa40\n\r\t,."] == [0, 1, 6, 7, 8, 2, 3, 3, 4, 5, 5]
-    mix = MixSettings(experts="orders", table_bits=12, kinds=4, state_set=False)
+    mix = MixSettings(experts="orders", table_bits=12, kinds=4)
 
     def row(history: bytes) -> int:
         experts = feed(Experts(mix, 1), history)
@@ -675,20 +669,13 @@ def test_the_kinds_set_is_chosen_by_the_kinds_of_the_last_bytes_and_saves_bits()
     others = row(b"xx, ab"), row(b"xx,  b"), row(b"xx, A\xc3"), row(b"xx1 Ab")
     assert len({same[0], *others}) == 5, others  # (the fifth byte back: beyond the four read)
     assert row(b"x1, Ab") == same[0]
-    assert Experts(replace(mix, kinds=0), 1)._sets.shape[1] == 6 and Experts(mix, 1)._sets.shape[1] == 7
-    # (beside the seven sets before the state set, as it was measured)
-    mix = MixSettings(table_bits=14, prior="", state_set=False)
-    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=mix)
-    text = corpus("alice29.txt")[:30000]
-    bits = {k: measure(text, replace(base, mix=replace(base.mix, kinds=k)), None).bits for k in (0, 7)}
-    assert bits[7] < 0.995 * bits[0], bits
+    assert Experts(mix, 1)._sets.shape[1] == 8
 
 
-def test_the_state_set_is_chosen_by_the_match_the_order_seen_and_the_last_kind_and_saves_bits():
-    """The mixer's eighth weight set (MixSettings.state_set) has a row for every match state (none;
-    else the kind of the byte the match predicts with its length bucket), highest order seen and
-    kind of the last byte, indexed directly. Without it a file has the seven sets before it. Without
-    the network, 30 kB of alice29 costs less with it."""
+def test_the_state_set_is_chosen_by_the_match_the_order_seen_and_the_last_kind():
+    """The mixer's eighth weight set has a row for every match state (none; else the kind of the
+    byte the match predicts with its length bucket), highest order seen and kind of the last byte,
+    indexed directly."""
     mix = MixSettings(experts="orders,match", table_bits=12, kinds=4)
     K = Experts(mix, 1).K
 
@@ -713,34 +700,7 @@ def test_the_state_set_is_chosen_by_the_match_the_order_seen_and_the_last_kind_a
     # the same place after a small letter predicted: another row, in the same order and kind
     state2, order2, _ = row(unique.lower() + b" " + unique.lower()[:12])
     assert state2 != state and (state2 - 1) // len(MATCH_EDGES) == fine_kind(ord("m")) and order2 == order
-    assert Experts(replace(mix, state_set=False), 1)._sets.shape[1] == 7 and Experts(mix, 1)._sets.shape[1] == 8
-    base = Settings(hidden=0, lanes=1, adapt=AdaptSettings(rule="static"), mix=MixSettings(table_bits=14, prior=""))
-    text = corpus("alice29.txt")[:30000]
-    bits = {k: measure(text, replace(base, mix=replace(base.mix, state_set=k)), None).bits for k in (False, True)}
-    assert bits[True] < 0.997 * bits[False], bits
-
-
-def test_a_widened_prior_is_its_base_with_the_last_tables_input_repeated():
-    """text4 and online2 are text3 and online1 laid out for the wrap table (`widen_prior`): every
-    weight row the experts before it could choose is the base's row, with one more input (the wrap
-    table's) that starts as the column table's; the step counts follow their rows."""
-    wide, narrow = (Experts(MixSettings(experts=e, prior="", kinds=0, state_set=False), 1) for e in (ALL, BEFORE_WRAP))
-    K, n_a, n_b = narrow.K, len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
-    assert wide.K == K + 1 and wide.n_in == narrow.n_in + 1 and wide.n_sets == narrow.n_sets + n_a + n_b
-    for name, base in WIDENED.items():
-        W, W_slow, updates = load_prior(name, (wide.n_sets, wide.n_in))
-        bW, bW_slow, b_updates = load_prior(base, (narrow.n_sets, narrow.n_in))
-        for new, old in ((W, bW), (W_slow, bW_slow), (updates[:, None], b_updates[:, None])):
-            if new.shape[1] > 1:  # the wrap input (1 + K) repeats the column's (K), the rest keep theirs
-                assert np.array_equal(new[:, 1 + K], new[:, K])
-                new = np.delete(new, 1 + K, axis=1)
-            # set 0: (match bucket, order seen) rows, K + 2 orders a bucket where the base had K + 1
-            a = new[: n_a * (K + 2)].reshape(n_a, K + 2, -1)
-            assert np.array_equal(a[:, : K + 1], old[: n_a * (K + 1)].reshape(n_a, K + 1, -1))
-            # set 1: (order seen, confidence): one more order's rows at its end; then the other sets
-            rest = n_a * (K + 2) + (K + 1) * n_b
-            assert np.array_equal(new[n_a * (K + 2) : rest], old[n_a * (K + 1) : n_a * (K + 1) + (K + 1) * n_b])
-            assert np.array_equal(new[rest + n_b :], old[n_a * (K + 1) + (K + 1) * n_b :])
+    assert Experts(mix, 1)._sets.shape[1] == 8
 
 
 def test_the_statistics_alone_round_trip_and_both_sides_keep_the_same_state():
@@ -784,12 +744,16 @@ def test_bad_expert_settings_are_refused():
         MixSettings(table_bits=40)
     with pytest.raises(ValueError, match="count limit"):
         MixSettings(count_limit=300)
-    for kinds in (-1, 9):  # (the kinds set reads the last 8 bytes at most: `last` holds 8)
-        with pytest.raises(ValueError, match="kinds must be 0 ... 8"):
+    for kinds in (0, 9):  # (the kinds set reads the last 8 bytes at most: `last` holds 8)
+        with pytest.raises(ValueError, match="kinds must be 1 ... 8"):
             MixSettings(kinds=kinds)
-    for floor in (-1e-4, 1.5):
-        with pytest.raises(ValueError, match="settled rate must be 0 ... 1"):
+    for floor in (0.0, 1.5):
+        with pytest.raises(ValueError, match="settled rate must be in"):
             MixSettings(mix_floor=floor)
+    with pytest.raises(ValueError, match="slots must be 2 ... 64"):
+        MixSettings(slots=0)
+    with pytest.raises(ValueError, match="match bits must be 10 ... 24"):
+        MixSettings(match_bits=0)
 
 
 def test_format2_settings_read_as_no_experts():
@@ -811,19 +775,18 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     experts = Experts(s.mix, 4)
     # the default prior holds the rows of every weight set, the kinds and state sets' too
     kinds_rows, state_rows = 1 << KINDS_SET[2], MATCH_STATES * (experts.K + 1) * N_KINDS
-    assert s.mix.kinds > 0 and s.mix.state_set and experts.n_sets - experts.set_base[-1] == state_rows
+    assert experts.n_sets - experts.set_base[-1] == state_rows
     zero_rows = kinds_rows + state_rows
     assert experts.set_base[-2] == experts.n_sets - zero_rows
     W, W_slow, updates = load_prior(DEFAULT_PRIOR, (experts.n_sets, experts.n_in))
-    assert PRIOR_SETS[DEFAULT_PRIOR] == (s.mix.kinds, s.mix.state_set)
+    assert PRIOR_KINDS[DEFAULT_PRIOR] == s.mix.kinds
     assert W[-zero_rows:].any() and updates[-zero_rows:].any()
     # the prior before it (text4) holds the six sets before the kinds set; the rows after start at zero
-    # (a coding with other sets than the default prior's starts from it)
+    # (a coding with another kinds set than the default prior's starts from it)
     narrower = NARROWER[DEFAULT_PRIOR]
-    assert make_settings(model=model, device="cpu", kinds=0).mix.prior == narrower
-    assert make_settings(model=model, device="cpu", state_set=False).mix.prior == narrower
-    with pytest.raises(ValueError, match="was made for kinds, state_set"):
-        replace(s.mix, kinds=0)
+    assert make_settings(model=model, device="cpu", kinds=4).mix.prior == narrower
+    with pytest.raises(ValueError, match="was made for kinds 7"):
+        replace(s.mix, kinds=4)
     four = Experts(replace(s.mix, prior=narrower), 4)
     W4, _, updates4 = load_prior(narrower, (experts.n_sets - zero_rows, experts.n_in))
     assert np.array_equal(four.W[:, ::7], np.concatenate([W4, np.zeros((zero_rows, W4.shape[1]), W4.dtype)]))
@@ -835,18 +798,10 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
     s = replace(s, mix=replace(s.mix, classes=1))
     experts = Experts(s.mix, 4)
     assert np.array_equal(experts.W, W) and np.array_equal(experts.W_slow, W_slow)
-    # (as files made before the kinds set: the rows of the six sets before it)
-    without = Experts(replace(s.mix, kinds=0, state_set=False, prior=narrower), 4)
-    assert np.array_equal(without.W, W4) and np.array_equal(without.updates, updates4)
     # the rows start at the rates they had learned down to: step counts of 0 ... 128
     assert np.array_equal(experts.updates, updates) and updates.min() == 0 and updates.max() == 128
     hand_set = Experts(replace(s.mix, prior=""), 4)
     assert not np.array_equal(W, hand_set.W) and not np.array_equal(W, W_slow) and not hand_set.updates.any()
-    # text2 has text3's rows without the step counts (both for the experts before the wrap table)
-    narrow = Experts(replace(s.mix, experts=BEFORE_WRAP, prior="text3", kinds=0, state_set=False), 1)
-    shape = (narrow.n_sets, narrow.n_in)
-    assert np.array_equal(load_prior("text2", shape)[0], load_prior("text3", shape)[0])
-    assert not load_prior("text2", shape)[2].any() and load_prior("text3", shape)[2].any()
     experts.W[:] += 1
     experts.updates[:] += 1
     experts.reset()
@@ -857,63 +812,39 @@ def test_a_models_mixer_starts_from_the_prior_learned_on_text(model):
 def test_the_prior_saves_bits_on_text_it_was_not_made_from(model):
     data = corpus("alice29.txt")[:10000]
     s = make_settings(model=model, device="cpu", size_hint=len(data), threads=1)
-    s = replace(s, mix=replace(s.mix, experts=BEFORE_WRAP, prior=""))  # (what text1 was made for)
-    with_prior, without = (measure(data, replace(s, mix=replace(s.mix, prior=p)), model).bits for p in ("text1", ""))
+    with_prior, without = (
+        measure(data, replace(s, mix=replace(s.mix, prior=p)), model).bits for p in (s.mix.prior, "")
+    )
     assert with_prior < 0.997 * without, (with_prior, without)
 
 
-def test_the_prior_is_recorded_checked_and_absent_in_older_files(model, monkeypatch):
+def test_the_prior_is_recorded_and_checked(model, monkeypatch):
     data = corpus("alice29.txt")[:3000]
     packed = compress(data, model=model, device="cpu", threads=1)
     assert parse_header(packed)[0]["settings"]["mix"]["prior"] == DEFAULT_PRIOR
     assert decompress(packed) == data
-    # a file made before the prior existed has no such key: it decodes with the hand-set start
-    older = compress(data, model=model, device="cpu", threads=1, prior="")
-    assert older != packed
-    assert decompress(rewrite_header(older, lambda m: m["settings"]["mix"].pop("prior"))) == data
-    # files that name the earlier priors (text1, text2 and text3, the defaults until 2026-12-04 and
-    # 2026-12-05, with the experts before the wrap table) code and decode with them
-    for earlier in ("text1", "text2", "text3"):
-        first = compress(data, model=model, device="cpu", threads=1, prior=earlier, experts=BEFORE_WRAP)
-        assert first != packed and parse_header(first)[0]["settings"]["mix"]["prior"] == earlier
-        assert decompress(first) == data
-    # a file made before the kinds set has no such key (nor the state set's): it decodes with the six
-    # sets before them
-    no_kinds = compress(data, model=model, device="cpu", threads=1, kinds=0, state_set=False)
-    assert no_kinds != packed and parse_header(packed)[0]["settings"]["mix"]["kinds"] == 7
-    assert (
-        decompress(rewrite_header(no_kinds, lambda m: [m["settings"]["mix"].pop(k) for k in ("kinds", "state_set")]))
-        == data
-    )
-    # a file made before the state set has no such key: it decodes with the seven sets before it
-    no_state = compress(data, model=model, device="cpu", threads=1, state_set=False)
-    assert no_state not in (packed, no_kinds) and parse_header(packed)[0]["settings"]["mix"]["state_set"] is True
-    assert decompress(rewrite_header(no_state, lambda m: m["settings"]["mix"].pop("state_set"))) == data
-    # a file made before the settled rate (mix_floor) has no such key: its rows settle at mix_lr
-    no_floor = compress(data, model=model, device="cpu", threads=1, mix_floor=0.0)
-    assert no_floor != packed and parse_header(packed)[0]["settings"]["mix"]["mix_floor"] > 0
-    assert decompress(rewrite_header(no_floor, lambda m: m["settings"]["mix"].pop("mix_floor"))) == data
-    # online mode names its own prior, and files coded online before it existed decode without it
+    hand_set = compress(data, model=model, device="cpu", threads=1, prior="")
+    assert hand_set != packed and decompress(hand_set) == data
+    # online mode names its own prior, and codes with the hand-set start as well
     online = compress(data, model=None, device="cpu", threads=1)
     assert parse_header(online)[0]["settings"]["mix"]["prior"] == ONLINE_PRIOR and decompress(online) == data
     hand_set = compress(data, model=None, device="cpu", threads=1, prior="")
     assert hand_set != online and decompress(hand_set) == data
-    # a prior this version does not know: a one-line error, not a wrong decode
-    future = rewrite_header(packed, lambda m: m["settings"]["mix"].update(prior="text9"))
-    with pytest.raises(DyncompressError, match="unknown mixer prior 'text9'"):
-        decompress(future)
-    # a damaged prior file (or a widened prior that does not come out as recorded) stops the coding
-    # before any byte
-    narrower = NARROWER[DEFAULT_PRIOR]  # (text4: text3 widened)
+    # a prior this version does not know (the development builds' text1 ... text3 among them): a
+    # one-line error, not a wrong decode
+    for unknown in ("text9", "text1"):
+        future = rewrite_header(packed, lambda m, name=unknown: m["settings"]["mix"].update(prior=name))
+        with pytest.raises(DyncompressError, match=f"unknown mixer prior '{unknown}'"):
+            decompress(future)
+    # a damaged prior file stops the coding before any byte
+    narrower = NARROWER[DEFAULT_PRIOR]
     fourth = compress(data, model=model, device="cpu", threads=1, prior=narrower)
     assert parse_header(fourth)[0]["settings"]["mix"]["prior"] == narrower and decompress(fourth) == data
-    base = WIDENED[narrower]
-    cases = [(packed, DEFAULT_PRIOR, f"prior_{DEFAULT_PRIOR}.npz"), (fourth, base, f"prior_{base}.npz")]
-    for stream, name, label in cases + [(fourth, narrower, narrower)]:
+    for stream, name in ((packed, DEFAULT_PRIOR), (fourth, narrower)):
         load_prior.cache_clear()
         monkeypatch.setitem(PRIOR_SHA256, name, "0" * 64)
         try:
-            with pytest.raises(DyncompressError, match=rf"mixer prior {label}( \(widened from \w+\))? hashes to"):
+            with pytest.raises(DyncompressError, match=rf"mixer prior prior_{name}.npz hashes to"):
                 decompress(stream)
         finally:
             monkeypatch.undo()

@@ -169,7 +169,7 @@ def decode_plan(model: Model | None, device: str | None, skip: Callable[[str], b
             return None
         try:
             end = parse_end(blob[-END_SIZE:])
-        except DyncompressError:  # not format 3, or damaged: the ordinary path says which
+        except DyncompressError:  # not format 5, or damaged: the ordinary path says which
             return None
         if end.stream_len != len(blob) or end.frames > 1 or end.total_len > MAX_DECODED:
             return None

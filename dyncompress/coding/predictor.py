@@ -225,7 +225,7 @@ class MLSTMPredictor:
 
 
 class MixedPredictor:
-    """The network mixed with exact byte statistics (`mix.Experts`, format 3). The network's segment
+    """The network mixed with exact byte statistics (`mix.Experts`, format 5). The network's segment
     step descends the code length of the mixture (what was coded), so it learns what the statistics
     miss. The mixer and the statistics learn from every byte, at the next step (or at `adapt`, for
     a segment's last). Without a network (`Settings.hidden` 0, `--fast`) its place is a `NoNetwork`."""

@@ -120,31 +120,20 @@ class AdaptSettings:
 
 EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column", "wrap")
 ALL_EXPERTS = ",".join(EXPERTS)
-BEFORE_WRAP = ",".join(name for name in EXPERTS if name != "wrap")  # the experts of the priors made before wrap
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from DEFAULT_PRIOR where the
 # experts are these, online mode's from ONLINE_PRIOR; the fast level (no network) and other experts
 # start from the hand-set weights (`mix.Experts`).
-MIX_PRIORS = {
-    "text1": BEFORE_WRAP,
-    "text2": BEFORE_WRAP,
-    "text3": BEFORE_WRAP,
-    "online1": BEFORE_WRAP,
-    "text4": ALL_EXPERTS,
-    "online2": ALL_EXPERTS,
-    "text5": ALL_EXPERTS,
-    "text6": ALL_EXPERTS,
-}
-# Priors that hold the rows of the kinds and state sets too (made with them), by name: the sets they
-# were made with, (kinds, state_set); a coding with other sets starts from NARROWER[name] instead. The
-# priors before them hold the six sets before the kinds set, and the rows after start at zero.
-PRIOR_SETS = {"text5": (7, True), "text6": (7, True)}
+MIX_PRIORS = {"text4": ALL_EXPERTS, "online2": ALL_EXPERTS, "text5": ALL_EXPERTS, "text6": ALL_EXPERTS}
+# Priors that hold the rows of the kinds and state sets too (made with them), by name: the `kinds` they
+# were made with; a coding with other kinds starts from NARROWER[name] instead, whose rows end before
+# the kinds set (the rows after start at zero).
+PRIOR_KINDS = {"text5": 7, "text6": 7}
 NARROWER = {"text5": "text4", "text6": "text4"}
 # text5: learned at the default with every expert and weight set, each row the mean over the codings
 # that chose it (`tools/mixer_prior.py`), on English prose and Wikipedia; text6: the same with the
 # model's training text in Portuguese, Italian, German, French and Russian added, which `auto` chooses
-# for text in other languages than English (`auto.FOREIGN_PRIOR`). text1 ... text4 stay for the files
-# that name them.
+# for text in other languages than English (`auto.FOREIGN_PRIOR`).
 DEFAULT_PRIOR = "text5"
 # Online mode's: learned in online mode (a random network) on Chinese, Japanese and German text.
 ONLINE_PRIOR = "online2"
@@ -156,26 +145,23 @@ class MixSettings:
     alone, as format 2 coded."""
 
     experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
-    table_bits: int = 19  # rows of each hashed context table: 2^table_bits (17 before slots)
+    table_bits: int = 19  # rows of each hashed context table: 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
-    # the match table's slots, 2^match_bits (0: 2^table_bits, as files made before match_bits have
-    # it); 2^19 keeps the default's tables under 256 MB
+    # the match table's slots: 2^match_bits shared by all lanes, and as many where every lane files
+    # under its own salt, looked up first (a repeat in the lane's own text wins); 2^19 keeps the
+    # default's tables under 256 MB
     match_bits: int = 19
-    # a second half of the match table where every lane files under its own salt, looked up first (a
-    # repeat in the lane's own text wins; False: files made before match_lane)
-    match_lane: bool = True
-    # a hashed context's row: this many (byte, count) pairs (0: a count for every byte, as files made
-    # before slots have it). 30 slots and 2^19 rows keep the default's tables under 256 MB
+    # a hashed context's row: this many (byte, count) pairs. 30 slots and 2^19 rows keep the
+    # default's tables under 256 MB
     slots: int = 30
     # the rows a hashed context may take (`mix_kernels.choose_rows`): the `ways` rows of its aligned
-    # group; a new context takes the one whose counts sum least (1: its own, as files made before ways
-    # have it); a row that starts afresh halves the group's other rows' counts (`count_bytes`)
+    # group; a new context takes the one whose counts sum least (1: its own: faster, `LIGHT`); a row
+    # that starts afresh halves the group's other rows' counts (`count_bytes`)
     ways: int = 4
     count_limit: int = 250  # a context's counts are halved when one passes this
     # the mixer's learning rate: its weight rows start at 16 times it and come down to mix_floor
     mix_lr: float = 0.0003
-    # the rate a weight row settles at, as it keeps coming down from 16 mix_lr with its steps (0: mix_lr,
-    # as files made before it have it)
+    # the rate a weight row settles at, as it keeps coming down from 16 mix_lr with its steps
     mix_floor: float = 0.00015
     # 2: two mixers over the same rows and inputs, the second at half the rate, their logits averaged;
     # 1: one (the fast level: faster, `FAST`)
@@ -186,13 +172,9 @@ class MixSettings:
     classes: int = 7
     # the mixer's seventh weight set, chosen by the kinds of the last `kinds` bytes (space, small letter,
     # capital, UTF-8 lead or continuation byte, digit, line end, control, punctuation:
-    # `mix_kernels.fine_kind`); 0: none, as files made before it have it. Its rows start at zero where
-    # a prior lacks them
+    # `mix_kernels.fine_kind`). Its rows start at zero where a prior lacks them, as the eighth set's do
+    # (a row for every match state, highest order seen and kind of the last byte: `mix`)
     kinds: int = 7
-    # the mixer's eighth weight set (after the kinds set), a row for every match state (none, or the kind of
-    # the byte it predicts with its length bucket), highest order seen and kind of the last byte (`mix`);
-    # False: none, as files made before it have it. Its rows start at zero, like the kinds set's
-    state_set: bool = True
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones
 
     def __post_init__(self) -> None:
@@ -205,15 +187,15 @@ class MixSettings:
             ),
             (10 <= self.table_bits <= 24, "table bits must be 10 ... 24"),
             (12 <= self.history_bits <= 30, "history bits must be 12 ... 30"),
-            (self.match_bits == 0 or 10 <= self.match_bits <= 24, "match bits must be 10 ... 24 (0: the table bits)"),
+            (10 <= self.match_bits <= 24, "match bits must be 10 ... 24"),
             (1 <= self.count_limit <= 250, "count limit must be 1 ... 250"),
-            (self.slots == 0 or 2 <= self.slots <= 64, "slots must be 2 ... 64 (0: a count for every byte)"),
+            (2 <= self.slots <= 64, "slots must be 2 ... 64"),
             (self.ways in (1, 2, 4, 8), "ways must be 1, 2, 4 or 8"),
             (0 <= self.mix_lr <= 1, "mixer learning rate must be 0 ... 1"),
-            (0 <= self.mix_floor <= 1, "the mixer's settled rate must be 0 ... 1 (0: the learning rate)"),
+            (0 < self.mix_floor <= 1, "the mixer's settled rate must be in (0, 1]"),
             (self.mixers in (1, 2), "mixers must be 1 or 2"),
             (self.classes in (1, 7), "byte classes must be 1 or 7"),
-            (0 <= self.kinds <= 8, "kinds must be 0 ... 8 (the bytes the kinds set reads)"),
+            (1 <= self.kinds <= 8, "kinds must be 1 ... 8 (the bytes the kinds set reads)"),
             (
                 not self.prior or self.prior in MIX_PRIORS,
                 f"unknown mixer prior {self.prior!r} (this version knows {', '.join(MIX_PRIORS)})",
@@ -223,8 +205,8 @@ class MixSettings:
                 f"the mixer prior {self.prior} was made for the experts {MIX_PRIORS.get(self.prior)}",
             ),
             (
-                PRIOR_SETS.get(self.prior, (self.kinds, self.state_set)) == (self.kinds, self.state_set),
-                f"the mixer prior {self.prior} was made for kinds, state_set = {PRIOR_SETS.get(self.prior)}",
+                PRIOR_KINDS.get(self.prior, self.kinds) == self.kinds,
+                f"the mixer prior {self.prior} was made for kinds {PRIOR_KINDS.get(self.prior)}",
             ),
         ]
         for ok, message in checks:
@@ -234,11 +216,6 @@ class MixSettings:
     @property
     def expert_names(self) -> tuple[str, ...]:
         return tuple(name for name in self.experts.split(",") if name)
-
-    @property
-    def match_slot_bits(self) -> int:
-        """The match table's slots: 2^match_bits, or 2^table_bits in files made before match_bits."""
-        return self.match_bits or self.table_bits
 
 
 @dataclass(frozen=True)
@@ -445,9 +422,9 @@ def tables_for_size(mix: MixSettings, size: int) -> dict:
     1.9508.)"""
     bits = size.bit_length()
     return {
-        "table_bits": max(12, min(mix.table_bits, bits + 2 * (mix.slots > 0))),
+        "table_bits": max(12, min(mix.table_bits, bits + 2)),
         "history_bits": max(12, min(mix.history_bits, bits + 1)),
-        "match_bits": max(12, min(mix.match_slot_bits, bits)),
+        "match_bits": max(12, min(mix.match_bits, bits)),
     }
 
 
@@ -603,9 +580,9 @@ def make_settings(
         # the mixer starts from the weights learned on text, where they fit the experts: a pretrained
         # model's from DEFAULT_PRIOR, online mode's from ONLINE_PRIOR (the fast level has no network)
         experts = overrides.get("experts", base.mix.experts)
-        sets = (overrides.get("kinds", base.mix.kinds), overrides.get("state_set", base.mix.state_set))
+        kinds = overrides.get("kinds", base.mix.kinds)
         prior = DEFAULT_PRIOR if model is not None else ONLINE_PRIOR
-        if PRIOR_SETS.get(prior, sets) != sets:  # (made with other weight sets: the one before it)
+        if PRIOR_KINDS.get(prior, kinds) != kinds:  # (made with another kinds set: the one before it)
             prior = NARROWER[prior]
         overrides["prior"] = prior if MIX_PRIORS[prior] == experts else ""
     return _apply(base, {**overrides, "device": device})

@@ -1,4 +1,4 @@
-"""Exact byte statistics beside the network, and the mixer that weighs them (format 3 on).
+"""Exact byte statistics beside the network, and the mixer that weighs them (format 5 on).
 
 The network is one expert among several. The others are counts of what followed a context, kept
 in integer tables that encoder and decoder update alike after every byte (all lanes share them:
@@ -35,7 +35,7 @@ the order of the lanes cannot matter):
     match            the longest recent repeat of the last bytes (a hash of the last 6 bytes points
                      into the history; the length is verified, then extended byte by byte),
                      predicting the byte that followed it; 2^match_bits slots that all lanes file
-                     in, and as many where each lane files under its own salt (`match_lane`),
+                     in, and as many where each lane files under its own salt,
                      looked up first
 
 A count expert's evidence for byte j is ln(n_j + 1/8) (units of 2^-12, from a table of correctly
@@ -48,7 +48,7 @@ with weights per lane that are the sum of one row from each weight set, chosen b
 the match length's bucket with the highest order seen; that order with its count bucket and
 whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three and
 the current word; the kinds of the last `kinds` bytes (`mix_kernels.fine_kind`, 4,096 hashed rows);
-the match state with the highest order and the last byte's kind (`state_set`). `classes` (7) gives
+the match state with the highest order and the last byte's kind (the state set). `classes` (7) gives
 every input a weight per class of the byte it weighs (`byte_classes`: digits, capitals, small
 letters, UTF-8 continuation bytes, two kinds of lead bytes, the rest). The mixer learns after every
 byte by the gradient of the code length: each chosen row -= lr (sum_j p_j e_ij - e_iy), every row
@@ -63,10 +63,8 @@ same bits; `exact.frequencies` turns z into the coded frequencies. The per-byte 
 
 The mixer prior: with a pretrained model every weight row starts as learned on text (`MixSettings.
 prior`, a `prior_NAME.npz` of the package checked by its SHA-256; `tools/mixer_prior.py` makes
-them), each row at the rate it had learned down to; online mode starts from its own (online1,
-online2), the fast level from the hand-set weights. `widen_prior` gives a prior made before an
-input existed that input's rows (`WIDENED`). Why each piece is there, and what it measured:
-docs/lab/mix.md.
+them), each row at the rate it had learned down to; online mode starts from its own (online2), the
+fast level from the hand-set weights. Why each piece is there, and what it measured: docs/lab/mix.md.
 """
 
 from __future__ import annotations
@@ -78,7 +76,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
-from dyncompress.config.settings import PRIOR_SETS, MixSettings
+from dyncompress.config.settings import PRIOR_KINDS, MixSettings
 from dyncompress.experts import mix_kernels as kernels
 from dyncompress.network.exact import ExactnessError, checked_tables
 
@@ -88,7 +86,7 @@ ORDERS = (1, 2, 3, 4, 5, 6, 8)
 WORDS = ("pair", "word", "skip")
 HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
 # the mixer's rates: a weight row starts at RATE_START times mix_lr and comes down as RATE_SETTLE /
-# (RATE_SETTLE + its steps) to the rate it settles at (mix_floor, or mix_lr where mix_floor is 0): rows
+# (RATE_SETTLE + its steps) to the rate it settles at (mix_floor): rows
 # seen often learn slowly, rare ones fast
 RATE_START, RATE_SETTLE = 16, 64
 MATCH_MIN = 6  # bytes hashed to find a match
@@ -106,7 +104,7 @@ ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
 # a seventh (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
 KINDS_SET = ("kinds", 11, 12)
-# an eighth (MixSettings.state_set), indexed directly: a row for every match state (none;
+# an eighth (the state set), indexed directly: a row for every match state (none;
 # else the kind of the byte it predicts with its length bucket), order seen and kind of the last byte
 MATCH_STATES = 1 + kernels.N_KINDS * len(MATCH_EDGES)
 NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
@@ -118,23 +116,14 @@ APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
 APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
 APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
-# every weight set, for the fast mixer and the slow, from text3 on every row's starting step count
-# too, and the SHA-256 of their int64 little-endian bytes (W | W_slow | updates, where there are
-# step counts). A prior whose rows are another's names it (`rows_from`: text3 has text2's rows) and
-# holds only its step counts. Made by `tools/mixer_prior.py`.
+# every weight set, for the fast mixer and the slow, with every row's starting step count, and the
+# SHA-256 of their int64 little-endian bytes (W | W_slow | updates). Made by `tools/mixer_prior.py`.
 PRIOR_SHA256 = {
-    "text1": "dda7be4b0f74c534c004d3b221d169507068cd0cb25dc4ef935c26840fd4387b",
-    "text2": "d0ae4be9802f84c9fa47deba2e1b6681aea4d49bb0b744c4fc2ebaa2f80f7c60",
-    "text3": "bd6aaad9e7c8cecfbb5c22e5b21af17df9793c80b7199765c55e9ef0492133a4",
-    "online1": "28a918fd0495b925b167631dcffd947eae1cb3be5f2b322d9377dae29e7e445e",
     "text4": "4e87dca0f44552c8eb3fa976bf9da97ba2130ae425cc4a413c0d5223cec6b6fb",
     "online2": "ae323794715df850680df306388d222e338c1765d34082af18d98ec7c2e9952a",
     "text5": "6489c237e30e62a55c40db556a643c4708f1fa2154374742bcb7437cf849bb29",
     "text6": "5d6f7a725d970276b6fa1fea637b5f2f6452482d6c74a144f5f39f8338a02f90",
 }
-# Priors made from another by `widen_prior` for one more count table (the wrap context):
-# name -> the prior widened. No file of their own: their hash above is of the widened arrays.
-WIDENED = {"text4": "text3", "online2": "online1"}
 
 
 def rounded_logs(nums, den: int) -> list[int]:
@@ -175,70 +164,35 @@ def prior_sha256(*arrays: np.ndarray) -> str:
     return hashlib.sha256(b"".join(np.ascontiguousarray(a, dtype="<i8").tobytes() for a in arrays)).hexdigest()
 
 
-def widen_prior(rows: np.ndarray, K: int) -> np.ndarray:
-    """A prior's array (W or W_slow: (sets, n_in); or the step counts: (sets,)) for experts with
-    K count tables, laid out for one more table after them (the wrap context): its input (column
-    1 + K) starts as the last table's (the column context's), and the two weight sets chosen with
-    the highest order seen get that order's rows for one more table (never chosen: the last
-    tables do not count as seen; copies of the rows before them)."""
-    n_a, n_b = ROWS_A * (K + 1), ROWS_B * (K + 1)
-    a = rows[:n_a].reshape(ROWS_A, K + 1, *rows.shape[1:])
-    a = np.concatenate([a, a[:, -1:]], axis=1).reshape(-1, *rows.shape[1:])
-    b = rows[n_a : n_a + n_b].reshape(K + 1, -1, *rows.shape[1:])
-    b = np.concatenate([b, b[-1:]], axis=0).reshape(-1, *rows.shape[1:])
-    out = np.concatenate([a, b, rows[n_a + n_b :]])
-    if rows.ndim == 2:
-        out = np.concatenate([out[:, : 1 + K], out[:, K : 1 + K], out[:, 1 + K :]], axis=1)
-    return np.ascontiguousarray(out)
+@functools.cache
+def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mixer prior `name`'s starting rows (W, W_slow) and every row's starting step count,
+    checked against the hash recorded here and against the `shape` the experts need (read-only
+    arrays)."""
+    from importlib import resources
 
-
-def check_prior(name: str, arrays: list[np.ndarray], shape: tuple[int, int], label: str) -> tuple[np.ndarray, ...]:
-    """(W, W_slow, updates) of prior `name` checked against its recorded hash and `shape` (read-only;
-    `label`: what the error names)."""
+    file = f"prior_{name}.npz"
+    try:
+        with resources.files("dyncompress.experts").joinpath(file).open("rb") as f, np.load(f) as npz:
+            arrays = [npz[k].astype(np.int64) for k in ("W", "W_slow", "updates")]
+    except (OSError, KeyError, ValueError) as e:
+        raise ExactnessError(f"cannot read the mixer prior {name} ({file}): {e}") from None
     got = prior_sha256(*arrays)
     if got != PRIOR_SHA256[name]:
-        raise ExactnessError(f"mixer prior {label} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
-    W, W_slow = arrays[:2]
-    updates = arrays[2] if len(arrays) > 2 else np.zeros(shape[0], dtype=np.int64)
+        raise ExactnessError(f"mixer prior {file} hashes to {got[:16]}, not {PRIOR_SHA256[name][:16]}: reinstall")
+    W, W_slow, updates = arrays
     if W.shape != shape or W_slow.shape != shape or updates.shape != shape[:1]:
         raise ExactnessError(f"mixer prior {name} has rows {W.shape}, not the {shape} its experts need")
     W.flags.writeable = W_slow.flags.writeable = updates.flags.writeable = False
     return W, W_slow, updates
 
 
-@functools.cache
-def load_prior(name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The mixer prior `name`'s starting rows (W, W_slow) and every row's starting step count (0
-    for priors made without them, text1 and text2), checked against the hash recorded here and
-    against the `shape` the experts need (read-only arrays)."""
-    from importlib import resources
-
-    if name in WIDENED:  # (a table more: one input more, (K + 1) ... (K + 2) in the first two sets)
-        K = shape[1] - 5  # the narrower prior's tables (its inputs: the network, K tables, run, ppm, match)
-        narrow = (shape[0] - ROWS_A - ROWS_B, shape[1] - 1)
-        arrays = [widen_prior(a, K) for a in load_prior(WIDENED[name], narrow)]
-        return check_prior(name, arrays, shape, f"{name} (widened from {WIDENED[name]})")
-    file = f"prior_{name}.npz"
-    try:
-        with resources.files("dyncompress.experts").joinpath(file).open("rb") as f, np.load(f) as npz:
-            rows_from = str(npz["rows_from"]) if "rows_from" in npz else None
-            rows = [npz[k].astype(np.int64) for k in ("W", "W_slow")] if rows_from is None else []
-            arrays = rows + ([npz["updates"].astype(np.int64)] if "updates" in npz else [])
-    except (OSError, KeyError, ValueError) as e:
-        raise ExactnessError(f"cannot read the mixer prior {name} ({file}): {e}") from None
-    if rows_from is not None:
-        if rows_from not in PRIOR_SHA256 or rows_from == name:
-            raise ExactnessError(f"mixer prior {file} takes its rows from an unknown prior {rows_from!r}: reinstall")
-        arrays = [*load_prior(rows_from, shape)[:2], *arrays]
-    return check_prior(name, arrays, shape, file)
-
-
 def prior_rows(name: str, shape: tuple[int, int], zero_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The starting rows (W, W_slow, step counts) of every weight set, `shape` (sets, n_in), from the
-    prior `name`. A prior made before the kinds and state sets (not in `settings.PRIOR_SETS`) holds all
+    prior `name`. A prior made before the kinds and state sets (not in `settings.PRIOR_KINDS`) holds all
     but the last `zero_rows` (those sets', where there are any): they start at zero (adding nothing to
     the sum of rows), with no steps taken (the rate of a new row). Read-only."""
-    if name in PRIOR_SETS:  # (every set's rows: made with them)
+    if name in PRIOR_KINDS:  # (every set's rows: made with them)
         zero_rows = 0
     arrays = load_prior(name, (shape[0] - zero_rows, shape[1]))
     if not zero_rows:
@@ -271,31 +225,28 @@ def table_sizes(
     record: bool = False,
     column: bool = False,
     wrap: bool = False,
-    slots: int = 0,
 ) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS and the record, column and wrap contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB; halving order 8's makes
-    room for the APM's (previous byte, byte) table. Where the hashed rows are slots, the word alone keeps rows
-    of counts (COUNTED), at most COUNTED_ROWS of them."""
+    room for the APM's (previous byte, byte) table. The word alone keeps rows of counts (COUNTED) where the
+    other hashed tables have rows of slots, at most COUNTED_ROWS of them."""
     names = table_names(orders, words, gap, record, column, wrap)
     sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
-    if slots:
-        sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
+    sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
     small = record + column + wrap
     return sizes[: len(sizes) - small] + [(1 << tb) >> 4] * small
 
 
 DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
 # A hashed table that keeps rows of counts where the others have slots: the current word alone (at a
-# word's start, any letter follows: too many bytes for a row of slots),
-# in as many rows as it had when every row held counts (2^17 rows a table, half for the word)
+# word's start, any letter follows: too many bytes for a row of slots), in 2^16 rows at most
 COUNTED, COUNTED_ROWS = ("word",), 1 << 16
 
 
-def in_counts(name: str, slots: int) -> bool:
-    """Whether count table `name` keeps rows of 256 counts (else rows of `slots` slots)."""
-    return not slots or name in DIRECT or name in COUNTED
+def in_counts(name: str) -> bool:
+    """Whether count table `name` keeps rows of 256 counts (else rows of `MixSettings.slots` slots)."""
+    return name in DIRECT or name in COUNTED
 
 
 def table_names(
@@ -345,22 +296,19 @@ class Experts:
         self.use_wrap = "wrap" in names
         self.use_lines = self.use_column or self.use_wrap  # they read where the lines start
         self.use_hist = self.use_match or self.use_record or self.use_lines  # they read the history
-        # the match table's slots (`MixSettings.match_slot_bits`), twice that with the lanes' own half
-        self.match_bits = s.match_slot_bits
-        self.match_lane = bool(s.match_lane and self.use_match)
+        self.match_bits = s.match_bits  # the match table's slots: 2^match_bits shared, as many the lanes' own
         self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
         # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
         kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column, self.use_wrap)
-        sizes = table_sizes(tb, *kinds, slots=s.slots)
+        sizes = table_sizes(tb, *kinds)
         self.K = len(sizes)
         # the tables that choose the highest context seen (not the record's, column's and wrap's, which come last)
         self.n_seen = self.K - self.use_record - self.use_column - self.use_wrap
-        # rows of 256 counts for the direct tables and the word alone (and every table where s.slots is
-        # 0); the other hashed ones' rows are s.slots (byte, count) pairs. The rows of counts come
-        # first in the row numbers.
+        # rows of 256 counts for the direct tables and the word alone; the other hashed ones' rows are
+        # s.slots (byte, count) pairs. The rows of counts come first in the row numbers.
         self.n_slots = s.slots
-        dense = [in_counts(name, s.slots) for name in table_names(*kinds)]
+        dense = [in_counts(name) for name in table_names(*kinds)]
         order = sorted(range(self.K), key=lambda t: not dense[t])
         starts = np.cumsum([0] + [sizes[t] for t in order])[:-1]
         self.base = np.zeros(self.K, dtype=np.int64)
@@ -377,16 +325,16 @@ class Experts:
         self.hb = max(10, s.history_bits - max(0, (B - 1).bit_length()))
         # the mixer: inputs net, counts..., run, ppm, match. Its weights are the sum of one row from each
         # of six tables, chosen by (match bucket, order seen), (order seen, its count bucket,
-        # deterministic?), the previous byte and the hashes of HASHED_SETS; with s.kinds, a seventh (KINDS_SET);
-        # with s.state_set, one more (MATCH_STATES x (K + 1) x N_KINDS rows).
+        # deterministic?), the previous byte and the hashes of HASHED_SETS; a seventh (KINDS_SET); an
+        # eighth, the state set (MATCH_STATES x (K + 1) x N_KINDS rows).
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
         self.ln_mant, self.ln2 = ppm_log_tables()
         n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
-        hashed = HASHED_SETS + (KINDS_SET,) * (s.kinds > 0)
+        hashed = (*HASHED_SETS, KINDS_SET)
         self.set_salts = np.array([salt for _, salt, _ in hashed], dtype=np.uint64)
         self.set_shifts = np.array([64 - bits for _, _, bits in hashed], dtype=np.uint64)
-        state_rows = MATCH_STATES * (self.K + 1) * kernels.N_KINDS if s.state_set else 0
-        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed] + [state_rows] * s.state_set
+        state_rows = MATCH_STATES * (self.K + 1) * kernels.N_KINDS
+        sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed] + [state_rows]
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))
         # `learn_parts` steps the first split_sets weight sets and updates the first split_tables count
@@ -418,8 +366,8 @@ class Experts:
         lr = int(round(s.mix_lr * (1 << 20)))  # units 2^-20
         self.lr_start = RATE_START * RATE_SETTLE * lr  # over RATE_SETTLE + steps: the rate before it settles
         # the rate a weight row settles at: mix_floor's, reached after RATE_START * RATE_SETTLE * mix_lr /
-        # mix_floor steps (mix_lr's, after RATE_SETTLE * (RATE_START - 1), where mix_floor is 0)
-        self.lr = int(round(s.mix_floor * (1 << 20))) if s.mix_floor else lr
+        # mix_floor steps
+        self.lr = int(round(s.mix_floor * (1 << 20)))
         # scratch for one step (what `mix` used, read by `learn`)
         # the evidence, sparse (`mix_kernels.mix_step`): the network's logits less their maximum, every
         # other input's value for most bytes, and (input, byte, difference) for the rest (|e| <= 2^18)
@@ -464,7 +412,7 @@ class Experts:
         self.hist = np.zeros((B, 1 << self.hb if self.use_hist else 1), dtype=np.uint8)
         # match: 1 + the flat history index that followed each hashed context (0: none yet)
         # (history indices + 1: below 2^30, `MixSettings.history_bits`)
-        self.match_table = np.zeros((1 + self.match_lane) << self.match_bits if self.use_match else 1, dtype=np.int32)
+        self.match_table = np.zeros(2 << self.match_bits if self.use_match else 1, dtype=np.int32)
         self.W, self.W_slow = self.start_weights()
         self.apm = np.zeros((256 if self.use_apm else 0, APM_BUCKETS), dtype=np.int64)  # corrections, units 2^-12
         self.apm2 = np.zeros((1 << 16 if self.use_apm else 0, APM_BUCKETS), dtype=np.int32)  # (previous byte, byte)
@@ -547,7 +495,7 @@ class Experts:
             *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
             self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
             self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds,
-            self.s.state_set, MATCH_EDGES, COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm,
+            MATCH_EDGES, COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm,
             self.ln_mant, self.ln2, self.apm, self.apm2, self._f0, self._apm_at, self.W_slow, self._z_fast,
             self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
             *whole,
@@ -575,7 +523,7 @@ class Experts:
                 RATE_SETTLE, W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
                 self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
                 self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
-                self.match_lane, self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
+                self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
                 self.split_tables, self.split_sets, self.base, self.s.ways,
             )  # fmt: skip
             return
@@ -593,6 +541,6 @@ class Experts:
             )  # fmt: skip
         kernels.advance(
             y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
-            self.last, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX, self.match_lane,
+            self.last, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
             self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
         )  # fmt: skip

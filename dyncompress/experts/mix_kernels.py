@@ -424,15 +424,15 @@ def mixed_logits(b, E0, base, ent, m, cls, weights, common, acc):
 @njit(cache=True)
 def mix_step(
     logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last, word, W,
-    set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one, z_bound, exp,
+    set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound, exp,
     freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls, lo, hi,
 ):  # fmt: skip
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by side).
     The mixer's logits z (B, 256) from the network's (float, units 2^-12) and the experts' evidence,
-    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 6; one more with
-    the kinds set: `kinds` > 0, the bytes whose kinds choose its row; one more after it with
-    `state_set`: the match's predicted byte's kind and length bucket, the highest order seen and the
-    last byte's kind choose its row, directly); and from z
+    which it leaves for `mixer_gradients` with the weight rows it chose in `sets` (B, 8: the six of
+    `mix`, then the kinds set, whose row the kinds of the last `kinds` bytes choose, then the state
+    set, whose row the match's predicted byte's kind and length bucket, the highest order seen and
+    the last byte's kind choose directly); and from z
     the coded frequencies (`frequencies`). With `two`, z is the mean of two mixers' logits, z_fast by
     the weights W and z_slow by W_slow (the same rows, learning at half the rate), whose own
     probabilities f_fast and f_slow (`shares`) each learns from (`mixer_learn`); without, z is
@@ -540,17 +540,16 @@ def mix_step(
         for s in range(3):
             sets[b, 3 + s] = np.int64(mix64(keys[s] + set_salts[s]) >> set_shifts[s]) + set_base[3 + s]
         kind = fine_kind(np.int64(last[b] & MASK8))  # the last byte's (both sets below read it)
-        if kinds:  # KINDS_SET: the kinds of the last `kinds` bytes (up to 8), four bits each, the last first
-            key = np.uint64(kind)
-            for j in range(1, kinds):
-                key = key << U4 | np.uint64(fine_kind(np.int64((last[b] >> np.uint64(8 * j)) & MASK8)))
-            sets[b, 6] = np.int64(mix64(key + set_salts[3]) >> set_shifts[3]) + set_base[6]
-        if state_set:  # STATE_SET: (match state, order seen, last byte's kind), one row each
-            at = 7 if kinds else 6
-            state = 0  # no match; else its predicted byte's kind with its length bucket (1 ... 8)
-            if use_match and mlen[b] > 0:
-                state = 1 + fine_kind(np.int64(hist[ptr[b]])) * match_edges.shape[0] + bucket - 1
-            sets[b, at] = (state * (K + 1) + order_seen) * N_KINDS + kind + set_base[at]
+        # KINDS_SET: the kinds of the last `kinds` bytes (1 ... 8), four bits each, the last first
+        key = np.uint64(kind)
+        for j in range(1, kinds):
+            key = key << U4 | np.uint64(fine_kind(np.int64((last[b] >> np.uint64(8 * j)) & MASK8)))
+        sets[b, 6] = np.int64(mix64(key + set_salts[3]) >> set_shifts[3]) + set_base[6]
+        # the state set: (match state, order seen, last byte's kind), one row each
+        state = 0  # no match; else its predicted byte's kind with its length bucket (1 ... 8)
+        if use_match and mlen[b] > 0:
+            state = 1 + fine_kind(np.int64(hist[ptr[b]])) * match_edges.shape[0] + bucket - 1
+        sets[b, 7] = (state * (K + 1) + order_seen) * N_KINDS + kind + set_base[7]
         chosen_weights(b, sets, W, weights)
         mixed_logits(b, E0, base, ent, m, cls, weights, common, acc)
         if two:  # the second mixer, over the same rows: z is their mean (rounded down)
@@ -578,7 +577,7 @@ def mix_step(
 @njit(cache=True, parallel=True)
 def mix_parts(
     parts, logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-    word, W, set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one, z_bound,
+    word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one, z_bound,
     exp, freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow, two, cls,
 ):  # fmt: skip
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread (`split`): it only
@@ -587,7 +586,7 @@ def mix_parts(
     for p in prange(parts):
         mix_step(
             logits, ev, z, sets, rows, tagv, K, n_seen, use_match, ct, tags, recent, logt, hist, ptr, mlen, last,
-            word, W, set_base, set_salts, set_shifts, kinds, state_set, match_edges, count_edges, net_floor, one,
+            word, W, set_base, set_salts, set_shifts, kinds, match_edges, count_edges, net_floor, one,
             z_bound, exp, freqs, n_ppm, ln_mant, ln2, apm, apm2, f0, apm_at, W_slow, z_fast, z_slow, f_fast, f_slow,
             two, cls,
             p * B // parts, (p + 1) * B // parts,
@@ -912,11 +911,11 @@ def match_length(hist, hb, cand, b, pos_b, match_check):
 
 @njit(cache=True)
 def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
-            match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_lines, lines):  # fmt: skip
+            match_check, match_max, use_record, rec_at, rec, longest, use_lines, lines):  # fmt: skip
     """Every lane takes byte y: the match extends or ends, the history, the last bytes and the word
     hashes move on, the record length is voted on, a line feed starts a line (use_lines: the column
     and wrap contexts read where the lines start), and lanes without a
-    match look one up; every lane then files its position. With match_lane, the match table has a
+    match look one up; every lane then files its position. The match table has a
     second half of 2^match_bits slots where every lane files under its own salt, looked up first:
     a repeat in the lane's own text wins over a more recent one in another lane's."""
     n = np.int64(1) << hb
@@ -964,13 +963,12 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
         key = last[b] & key_mask
         slots[b, 0] = np.int64(mix64(key) >> shift)
         cands[b, 0] = match_table[slots[b, 0]] - 1
-        if match_lane:
-            slots[b, 1] = size + np.int64(mix64(key ^ (np.uint64(b + 1) * P2)) >> shift)
-            cands[b, 1] = match_table[slots[b, 1]] - 1
+        slots[b, 1] = size + np.int64(mix64(key ^ (np.uint64(b + 1) * P2)) >> shift)
+        cands[b, 1] = match_table[slots[b, 1]] - 1
     for b in range(k):
         if mlen[b] != 0 or pos[b] < match_min:
             continue
-        for c in range(1 if match_lane else 0, -1, -1):  # the lane's own first
+        for c in range(1, -1, -1):  # the lane's own first
             cand = cands[b, c]
             if cand < 0:
                 continue
@@ -982,8 +980,7 @@ def advance(y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, ma
     for b in range(k - 1, -1, -1):  # the lowest lane files last
         here = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
         match_table[slots[b, 0]] = here
-        if match_lane:
-            match_table[slots[b, 1]] = here
+        match_table[slots[b, 1]] = here
 
 
 @njit(cache=True, inline="always")
@@ -1041,7 +1038,7 @@ def learn_parts(
     parts, use_apm, coded, y, k, last, apm, apm2, apm_at, apm_rate, apm2_rate, z_bound, ev, sets, f_fast, f_slow, two,
     cls, W, W_slow, updates, lr, lr_start, settle, w_bound, count_tables, rows, tagv, ct, tags, recent, count_limit, hb,
     use_match, use_words, hist, ptr, mlen, pos, word, match_table, match_bits, match_min, match_check, match_max,
-    match_lane, use_record, rec_at, rec, longest, use_lines, lines, split_tables, split_sets, base, ways,
+    use_record, rec_at, rec, longest, use_lines, lines, split_tables, split_sets, base, ways,
 ):  # fmt: skip
     """`mix.Experts.learn`'s kernels in two sections side by side, one per thread (`split`): the
     mixers' steps in the first `split_sets` weight sets and the first `split_tables` count tables
@@ -1071,5 +1068,5 @@ def learn_parts(
                 )
             advance(
                 y, k, hb, use_match, use_words, hist, ptr, mlen, pos, last, word, match_table, match_bits, match_min,
-                match_check, match_max, match_lane, use_record, rec_at, rec, longest, use_lines, lines,
+                match_check, match_max, use_record, rec_at, rec, longest, use_lines, lines,
             )  # fmt: skip

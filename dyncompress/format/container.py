@@ -1,20 +1,20 @@
 """The .dc file format: header, block frames, end marker. Pack and parse side by side.
 
     header  = MAGIC (8) | version u16 | meta_len u32 | meta | crc32 u32
-              meta: UTF-8 JSON (sorted keys, no spaces); from format 3 on, raw deflate of it with
-              the format's preset dictionary (`META_DICTS`; format 4: about 30 bytes instead of
-              800: a small file should not pay for its header)
+              meta: UTF-8 JSON (sorted keys, no spaces); from format 5 on, raw deflate of it with
+              the preset dictionary `META_DICT` (about 30 bytes instead of 800: a small file
+              should not pay for its header)
     block   = tag | orig_len u32 | payload_len u32 | payload_crc32 u32
                    | digest (8, BLAKE2b of the original block) | crc32 u32 | payload
               tag 0x01: payload is range-coded; 0x02: payload is the block itself ("stored",
               when coding would have expanded it; the decoder still runs the model over it
               so that both sides adapt alike)
     index   = 0x03 | frames u32 | per frame: (orig_len u64, comp_len u64) | crc32 u32
-              from format 3 on, just before the end marker: where every independent frame starts
+              from format 5 on, just before the end marker: where every independent frame starts
               (a frame is a run of blocks coded from a fresh start, see `Settings.frame_size`;
               comp_len counts its blocks' bytes), so a reader can seek to the frames it needs
     end     = 0x00 | total_len u64 | blocks u32 | digest (16, BLAKE2b of all original bytes)
-                   | [format 3 on: frames u32 | stream_len u64] | crc32 u32
+                   | [format 5 on: frames u32 | stream_len u64] | crc32 u32
               stream_len is the whole stream's size, end marker included: from the end of a file
               a reader finds the index, and the start of this stream (and of the one before it)
 
@@ -42,18 +42,18 @@ from dataclasses import dataclass
 from dyncompress.errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-VERSION = 4  # 4: format 3 with a header dictionary of today's settings (0.4); 3: experts mixed with the
-# network (0.4 development builds); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
-READS = (2, 3, 4)  # the formats this version decodes
+VERSION = 5  # 5: experts mixed with the network (0.4); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
+READS = (2, 5)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
-# Format 2 coded with the network alone: its settings read as format 3's with no experts.
-FORMAT2_MIX = {"experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002}
-# Mixer settings added after format 3's first files (0.4): a header that lacks them means them off.
-MIX_ADDED = {
-    "prior": "", "match_bits": 0, "match_lane": False, "slots": 0, "mixers": 2, "classes": 1, "ways": 1, "kinds": 0,
-    "state_set": False, "mix_floor": 0.0,
+# Formats no release wrote: the development builds of 0.4 (experts mixed in, settings then in flux).
+NEVER_RELEASED = (3, 4)
+# Format 2 coded with the network alone: its settings read as today's with no experts (the mixer's
+# other fields, which nothing reads without experts, at values this version accepts).
+FORMAT2_MIX = {
+    "experts": "", "table_bits": 16, "history_bits": 24, "count_limit": 250, "mix_lr": 0.002, "prior": "",
+    "match_bits": 16, "slots": 30, "ways": 1, "mixers": 1, "classes": 1, "kinds": 7, "mix_floor": 0.002,
 }  # fmt: skip
-# Update-rule settings added in format 3 (0.4): a format-2 header lacks them, and means what they do when off.
+# Update-rule settings added after format 2 (0.4): a format-2 header lacks them, and means what they do when off.
 ADAPT_ADDED = {
     "sparse": 0,
     "lora": 0,
@@ -62,24 +62,14 @@ ADAPT_ADDED = {
     "tlm_lambda": 1.0,
     "tlm_lanes": False,
     "tlm_relative": 0.0,
+    "rate_half": 0,
 }
-# Update-rule settings added after format 4's first files: a header that lacks them means them off.
-ADAPT_LATER = {"rate_half": 0}
 MAX_META = 1 << 20
-# The preset dictionaries of the meta's deflate, by format: a typical record. Each is part of its format
-# (changing one would break every file of that format), so a new one means a new format. Format 3's was
-# a record of its first files (a header of about 185 bytes with today's settings); format 4's is today's
-# record for the model, online mode's and a GPU's platform (about 30 bytes).
-META_DICT_3 = (
-    b'{"fingerprint":"0123456789abcdef","model":{"name":"enwiki-h256","sha256":"70245cff386dcb36a776169a7b0239f7'
-    b'ae72a6902759e67ba08b20ce517229e1"},"platform":{"constriction":"0.5.0","cpu_capability":"AVX2","cuda":"12.8'
-    b'","device":"cpu","dyncompress":"0.4.0","gpu":"NVIDIA H200","machine":"x86_64","numpy":"2.4.6","python":"3.'
-    b'11.7","torch":"2.13.0+cpu"},"settings":{"adapt":{"beta1":0.0,"beta2":0.99,"clip":1.0,"decay":1e-05,"eps":1e'
-    b'-08,"lr":0.0002,"rule":"rms-decay"},"block_size":1048576,"device":"cpu","hidden":256,"lanes":16,"mix":{"cou'
-    b'nt_limit":250,"experts":"orders,word,match","history_bits":24,"mix_lr":0.002,"table_bits":17},"seed":0,"seg'
-    b'ment_len":16,"threads":2}}'
-)
-META_DICT_4 = (
+# The preset dictionary of the meta's deflate (format 5 on): a typical record, for the model, online
+# mode and a GPU's platform (a header of about 30 bytes instead of 800: a small file should not pay for
+# its header). It is part of the format (changing it would break every file), so a new one means a new
+# format.
+META_DICT = (
     b'"cuda":"12.8","device":"cuda","gpu":"NVIDIA H200",{"fingerprint":"0123456789abcdef","model":null,"pl'
     b'atform":{"constriction":"0.5.0","cpu_capability":"AVX512","dyncompress":"0.4.0.dev0","machine":"x86_'
     b'64","numpy":"2.4.6","python":"3.11.7","torch":"2.13.0+cpu"},"settings":{"adapt":{"beta1":0.0,"beta2"'
@@ -97,7 +87,6 @@ META_DICT_4 = (
     b'ders,word,gap,match,ppm,apm,record,column","history_bits":19,"mix_lr":0.0005,"prior":"text1","table_'
     b'bits":17},"seed":0,"segment_len":16,"threads":2}}'
 )
-META_DICTS = {3: META_DICT_3, 4: META_DICT_4}
 MAX_BLOCK_SIZE = 1 << 30  # a block is held in memory whole, on both sides
 
 _HEAD = struct.Struct("<8sHI")
@@ -136,7 +125,7 @@ def _crc(*parts: bytes) -> int:
 
 def pack_header(meta: dict) -> bytes:
     body = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICTS[VERSION])
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=META_DICT)
     body = deflate.compress(body) + deflate.flush()
     head = _HEAD.pack(MAGIC, VERSION, len(body)) + body
     return head + _CRC.pack(_crc(head))
@@ -162,6 +151,11 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
             f"this file is format {version}, made by dyncompress {release} or earlier; this version reads format "
             f"{VERSION}: decode it with dyncompress {release} (pip install 'dyncompress=={release}')"
         )
+    if version in NEVER_RELEASED:
+        raise FormatError(
+            f"this file is format {version}, written by a development build of dyncompress 0.4 that was never "
+            f"released; this version reads formats {', '.join(map(str, READS))}: encode the original again"
+        )
     if version not in READS:
         raise FormatError(
             f"unsupported format version {version} (this dyncompress reads versions {', '.join(map(str, READS))})"
@@ -175,7 +169,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
     if _CRC.unpack(bytes(buf[end - _CRC.size : end]))[0] != _crc(head):
         raise FormatError("corrupt header (checksum mismatch)")
     try:
-        meta = json.loads(_inflate(head[_HEAD.size :], version) if version >= 3 else head[_HEAD.size :])
+        meta = json.loads(_inflate(head[_HEAD.size :]) if version > 2 else head[_HEAD.size :])
     except (ValueError, zlib.error) as e:
         raise FormatError(f"corrupt header ({e})") from None
     if not isinstance(meta, dict):
@@ -185,18 +179,15 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
         if version == 2 and "mix" not in settings:
             settings["mix"] = dict(FORMAT2_MIX)
             settings["frame_size"] = 0  # one frame: the whole stream
-        if isinstance(settings.get("mix"), dict):
-            for key, off in MIX_ADDED.items():
-                settings["mix"].setdefault(key, off)
-        if isinstance(settings.get("adapt"), dict):
-            for key, off in {**ADAPT_ADDED, **ADAPT_LATER}.items() if version == 2 else ADAPT_LATER.items():
+        if version == 2 and isinstance(settings.get("adapt"), dict):
+            for key, off in ADAPT_ADDED.items():
                 settings["adapt"].setdefault(key, off)
     meta["format"] = version
     return meta, end
 
 
-def _inflate(body: bytes, version: int) -> bytes:
-    inflate = zlib.decompressobj(-15, zdict=META_DICTS[version])
+def _inflate(body: bytes) -> bytes:
+    inflate = zlib.decompressobj(-15, zdict=META_DICT)
     text = inflate.decompress(body, MAX_META)
     if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
         raise ValueError("the settings record does not end where its length says")
@@ -297,10 +288,10 @@ def parse_frame(
         if zlib.crc32(payload) != payload_crc:
             raise FormatError("corrupt compressed data (block checksum mismatch)")
         return Block(orig_len, digest, payload, stored), end
-    if tag == TAG_INDEX and version >= 3:
+    if tag == TAG_INDEX and version > 2:
         return parse_index(buf, pos)
     if tag == TAG_END:
-        if (parsed := _checked(buf, pos, _END if version >= 3 else _END2, "end marker")) is None:
+        if (parsed := _checked(buf, pos, _END if version > 2 else _END2, "end marker")) is None:
             return None
         (_, total_len, blocks, digest, *more), end = parsed
         return End(total_len, blocks, digest, *more), end
@@ -325,7 +316,7 @@ def parse_index(buf: bytes | bytearray | memoryview, pos: int) -> tuple[Index, i
 
 
 def parse_end(tail: bytes) -> End:
-    """The format-3 end marker in the last `END_SIZE` bytes of a stream."""
+    """The format-5 end marker in the last `END_SIZE` bytes of a stream."""
     if len(tail) != END_SIZE or tail[0] != TAG_END:
         raise FormatError("no end marker at the end of the file (truncated, or not a seekable .dc file)")
     parsed = _checked(tail, 0, _END, "end marker")
@@ -347,7 +338,7 @@ def _block_limit(meta: dict) -> int:
 
 class FrameReader:
     """One .dc stream, pushed in as bytes arrive: `frames()` yields the Header, then every
-    complete Block, then the Index (format 3) and the End; it stops (to be called again after more `push`) where the
+    complete Block, then the Index (format 5) and the End; it stops (to be called again after more `push`) where the
     buffered bytes end mid-item. Memory is bounded by one frame."""
 
     def __init__(self) -> None:
