@@ -2,7 +2,7 @@
 
 numba keeps a compiled kernel (`cache=True`) beside a stamp of the file the kernel is written in,
 and loads it again while that stamp holds. A kernel also compiles in the helpers it calls from
-other kernel modules (`network.update_kernels.segment_costs` and `experts.mix_kernels` inline
+other kernel modules (`network.update_kernels.segment_costs` and the experts' kernels inline
 `network.int_kernels.floor_log2`): a change
 to a helper's file alone would leave the kernels that use it loading their stale machine code.
 So every kernel of the package is stamped with the SHA-256 of all the kernel modules' sources
@@ -23,12 +23,20 @@ import os
 
 from numba.core import caching
 
-# the modules numba caches kernels of (cache=True), by path in the package
+# the modules numba caches kernels of (cache=True), by path in the package: the network's three and
+# every module of the experts package but its Python side (`mix`, `__init__`)
+EXPERT_KERNELS = tuple(
+    sorted(
+        name[: -len(".py")]
+        for name in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "experts"))
+        if name.endswith(".py") and name not in ("mix.py", "__init__.py")
+    )
+)
 KERNEL_FILES = (
     "network/int_kernels.py",
     "network/step_kernels.py",
     "network/update_kernels.py",
-    "experts/mix_kernels.py",
+    *(f"experts/{name}.py" for name in EXPERT_KERNELS),
 )
 _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (its name before numba 0.61)
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -25,7 +25,9 @@ from dyncompress.config.settings import (
     Settings,
     make_settings,
 )
-from dyncompress.experts import mix_kernels as kernels
+from dyncompress.experts import counts as tables
+from dyncompress.experts.common import N_KINDS, byte_kind, fine_kind
+from dyncompress.experts.counts import Contexts, Tables
 from dyncompress.experts.mix import (
     KINDS_SET,
     MATCH_EDGES,
@@ -44,13 +46,13 @@ from dyncompress.experts.mix import (
     rounded_logs,
     table_bytes,
 )
-from dyncompress.experts.mix_kernels import N_KINDS, byte_kind, fine_kind
-from dyncompress.experts.mix_kernels import frequencies as integer_frequencies
+from dyncompress.experts.mixer import frequencies as integer_frequencies
 from dyncompress.format.container import FORMAT2_MIX, parse_header
 from dyncompress.network.exact import checked_tables, frequencies
 
 ALL = ",".join(EXPERTS)
 BEFORE_WRAP = ",".join(e for e in EXPERTS if e != "wrap")
+LOG = log_table(250)
 SUBSETS = ["", "orders", "word", "gap", "match", "orders,ppm", "apm", "record", "column", "wrap", ALL]
 
 
@@ -134,7 +136,7 @@ def test_the_float_guided_division_is_the_integer_one():
     """`floor_div` (a float product, corrected by the remainder) against Python's // where the float
     is most likely off: exact multiples, one below and one above, the largest numerators and
     quotients, and random ones."""
-    from dyncompress.experts.mix_kernels import floor_div
+    from dyncompress.experts.common import floor_div
 
     rng = np.random.default_rng(5)
     cases = []
@@ -347,7 +349,7 @@ def frequencies_of(z: np.ndarray) -> np.ndarray:
 def test_the_apm_starts_as_the_identity_and_learns_from_what_was_coded():
     """With its table at zero the APM codes the mixer's own frequencies; it then learns (the
     coded ones differ), and its bucket of a byte's cost is -log2 p within the straight line's error."""
-    from dyncompress.experts.mix_kernels import cost_units
+    from dyncompress.experts.common import cost_units
 
     experts = Experts(MixSettings(experts="orders,apm", table_bits=12), 1)
     freqs, used = experts.mix(np.zeros((1, 256)))
@@ -402,23 +404,27 @@ def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_leas
     of its group's rows holds reads that row; a new one takes the row whose counts sum least (the
     first of equals), which counting then starts afresh; a lane without a context (tag -1) keeps
     its row; one way changes nothing."""
-    slot = np.zeros((10, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)  # rows of three slots: row 4 + r
+    slot = np.zeros((10, 2 * 3 + tables.SLOT_TAIL), dtype=np.uint8)  # rows of three slots: row 4 + r
     counts = np.zeros((4, 256), dtype=np.uint8)  # four rows of counts: rows 0 ... 3
-    ct, tags = (counts, slot, 4), np.zeros(4, dtype=np.uint16)
+    base = np.array([4, 0], dtype=np.int64)  # table 0: the rows of slots; table 1: the rows of counts
+
+    def tab(ways: int) -> Tables:
+        return Tables(counts, slot, 4, tags, np.zeros(4, np.uint8), base, base.astype(np.uint64), ways, 250, LOG)
+
+    tags = np.zeros(4, dtype=np.uint16)
     for r, tag, held in ((0, 5, [9]), (1, 6, [2, 2]), (2, 7, [1]), (3, 8, [3])):  # rows 4 ... 7: a group of 4
-        kernels.set_row_tag(ct, tags, 4 + r, tag)
+        tables.set_row_tag(tab(1), 4 + r, tag)
         for q, c in enumerate(held):
             slot[r, 2 * q], slot[r, 2 * q + 1] = 65 + q, c
     for r, tag, held in ((0, 20, 5), (1, 21, 1), (2, 23, 3), (3, 24, 2)):
-        kernels.set_row_tag(ct, tags, r, tag)
+        tables.set_row_tag(tab(1), r, tag)
         counts[r, 66] = held
-    base = np.array([4, 0], dtype=np.int64)  # table 0: the rows of slots; table 1: the rows of counts
     lanes = [((5, 7), (0, 24)), ((7, 9), (2, 25)), ((4, 5), (1, 21)), ((6, -1), (3, 24)), ((9, 11), (0, 20))]
     tagv = np.array([[a[1], c[1]] for a, c in lanes], dtype=np.int64)
     chosen = {}
     for ways in (1, 2, 4):
         rows = np.array([[a[0], c[0]] for a, c in lanes], dtype=np.int64)
-        kernels.choose_rows(rows, tagv, base, ct, tags, ways)
+        tables.choose_rows(tab(ways), Contexts(rows, tagv, 2, 2))
         chosen[ways] = rows.T.tolist()
     assert chosen[1] == [[5, 7, 4, 6, 9], [0, 2, 1, 3, 0]]
     # 2 ways: rows 4 and 5 hold tags 5 and 6, so tag 7 takes row 5 (2 + 2 < 9); of 6 and 7, new tag 9
@@ -429,23 +435,26 @@ def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_leas
 
 
 def test_a_row_that_starts_afresh_ages_the_other_rows_of_its_group():
-    """`count_bytes` with four ways: the lane whose context is new to its row resets it and halves the
+    """`counts.update` with four ways: the lane whose context is new to its row resets it and halves the
     counts of the group's three other rows (rounding up: a count of 1 stays); rows of other groups
     and a lane whose tag is its row's are only counted."""
-    slot = np.zeros((8, 2 * 3 + kernels.SLOT_TAIL), dtype=np.uint8)
+    slot = np.zeros((8, 2 * 3 + tables.SLOT_TAIL), dtype=np.uint8)
     counts, tags = np.zeros((1, 256), dtype=np.uint8), np.zeros(1, dtype=np.uint16)
-    ct = (counts, slot, 1)  # slot row r is row 1 + r
+    base = np.array([1], dtype=np.int64)  # slot row r is row 1 + r
+
+    def tab(ways: int) -> Tables:
+        return Tables(counts, slot, 1, tags, np.zeros(1, np.uint8), base, base.astype(np.uint64), ways, 250, LOG)
+
     for r in range(8):
-        kernels.set_row_tag(ct, tags, 1 + r, 10 + r)
+        tables.set_row_tag(tab(1), 1 + r, 10 + r)
         slot[r, 0:4] = [65, 9, 66, 1]  # 'A' counted 9 times, 'B' once
     rows = np.array([[2], [6]], dtype=np.int64)  # lane 0: a new context in row 2; lane 1: row 6's own
     tagv = np.array([[99], [15]], dtype=np.int64)
     for ways, aged in ((1, []), (4, [1, 3, 4])):
         slot[:, 0:4] = [65, 9, 66, 1]
-        kernels.set_row_tag(ct, tags, 2, 11)
-        kernels.count_bytes(rows, tagv, np.array([67, 65]), 2, ct, tags, np.zeros(1, np.uint8), 250, 0, 1,
-                            np.array([1], dtype=np.int64), ways)  # fmt: skip
-        assert kernels.row_tag(ct, tags, 2) == 99 and slot[1, 0:4].tolist() == [67, 1, 0, 0]  # afresh: 'C' once
+        tables.set_row_tag(tab(ways), 2, 11)
+        tables.update(tab(ways), Contexts(rows, tagv, 1, 1), np.array([67, 65]), 2, 0, 1)
+        assert tables.row_tag(tab(ways), 2) == 99 and slot[1, 0:4].tolist() == [67, 1, 0, 0]  # afresh: 'C' once
         for r in (1, 3, 4):
             assert slot[r - 1, 0:4].tolist() == ([65, 5, 66, 1] if r in aged else [65, 9, 66, 1])
         assert slot[5, 0:4].tolist() == [65, 10, 66, 1]  # row 6 (another group) counted its 'A'
@@ -461,7 +470,7 @@ def test_more_ways_save_bits_where_contexts_collide():
 
 
 def test_rows_of_slots_stay_packed_and_distinct():
-    """Every reader of a row of slots stops at its first empty slot (`count_bytes`): that holds only
+    """Every reader of a row of slots stops at its first empty slot (`counts.update`): that holds only
     if the slots in use always come first. After real text, through resets, replacements and the
     halving of full rows (a low count limit), every row is a run of distinct bytes with counts > 0,
     then empty slots alone."""

@@ -1,2 +1,43 @@
-"""The exact byte statistics beside the network and the mixer that weighs them (`mix`, with the
-compiled `mix_kernels`). Imports `network`, `config` and the base."""
+"""The exact byte statistics beside the network, and the mixer that weighs them.
+
+Imports `network`, `config` and the base. `mix.Experts` is the Python side: it holds every table
+and record and calls the compiled step (`step`) once per coding step for all lanes. Everything else
+here is compiled by numba, one module per expert, each with one small state record:
+
+    history   what every lane has seen (its ring, position, last bytes, line starts): shared
+    counts    the count tables the context experts key, read as evidence and counted
+    orders, words, gap, record, column, wrap    context experts: each keys count tables
+    ppm       the order tables read as PPM reads them
+    match     the longest recent repeat
+    mixer     the weight sets, the mixed logits, the mixers' steps
+    apm       the last stage, corrections by the byte's cost
+    step      the composition: contexts, mix_step, learn (and their splits over threads)
+    common    integer helpers (the hash, byte kinds, exact division)
+
+Every expert module exposes the same interface (`tests/test_experts.py` checks it):
+
+    NAME      its name in `config.settings.EXPERTS` (what `--experts` takes)
+    TABLES    the count tables it keys, in order (() for none)
+    State     a NamedTuple of arrays and numbers (`tuple` where it keeps none)
+    make(settings, lanes, hb, used) -> State    fresh state (tiny arrays where not `used`)
+    predict   what it offers a step: a context expert's predict(b, h, st, tab, ctx, t) writes
+              lane b's rows and tags from table t on and returns the next table; the others
+              write their evidence (`mixer` keeps it sparse) and return the next free entry
+    update    its state after the byte; a context expert's update(b, y, h, st), for lane b's
+              byte y before the history moves on
+
+No kernel takes more than about a dozen arguments: the state travels in the records.
+
+Adding an expert (the steps `wrap`, the last one moved over, follows):
+  1. A module `experts/NAME.py` with the interface above (`wrap.py` is a context expert's
+     smallest form); numba's cache covers it by itself (`kernel_cache.EXPERT_KERNELS`).
+  2. Its name in `config.settings.EXPERTS` (and a line of `--experts`' help in `cli/base.py`).
+  3. The registry: the module in `mix.MODULES`, and a context expert in `mix.CONTEXTS` at its
+     tables' place.
+  4. Its calls in `step`: its `predict` in `contexts` (a context expert) or `mix_step`, its `update`
+     in `advance` where it keeps state, and its record in `EXPERT_STATES` where it has one.
+  5. Its tests: its contexts or evidence on real text against what the docstring says, a round
+     trip with it on, and bits saved with it against without (`tests/test_mix.py`).
+A new expert changes the coded bits of every level that turns it on: a new format, and the payload
+records (`tests/golden/payloads.json`) made anew.
+"""

@@ -71,50 +71,47 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
 from dyncompress.config.settings import PRIOR_KINDS, MixSettings
-from dyncompress.experts import mix_kernels as kernels
+from dyncompress.experts import apm, column, counts, gap, history, match, orders, ppm, record, step, words, wrap
+from dyncompress.experts.common import N_KINDS, rounded_logs  # noqa: F401  (re-exported)
+from dyncompress.experts.counts import log_table
+from dyncompress.experts.mixer import NET_FLOOR
+from dyncompress.experts.ppm import ppm_log_tables
 from dyncompress.network.exact import ExactnessError, checked_tables
 
-ORDERS = (1, 2, 3, 4, 5, 6, 8)
-# word contexts: the current word with the one before it, the current word alone (the rest of a word
-# from its start), the current word with the one two back
-WORDS = ("pair", "word", "skip")
+# The registry: every expert by its name in `settings.EXPERTS`, each a module with the same small
+# interface (NAME, TABLES, State, make, predict, update; `experts` package: how to add one).
+MODULES = {m.NAME: m for m in (orders, words, gap, match, ppm, apm, record, column, wrap)}
+# The context experts in the order of their count tables (`step.contexts`). The last three do not
+# choose the highest context seen (`Contexts.n_seen`).
+CONTEXTS = (orders, words, gap, record, column, wrap)
+UNSEEN = ("record", "column", "wrap")
+
+ORDERS = orders.ORDERS
 HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
 # the mixer's rates: a weight row starts at RATE_START times mix_lr and comes down as RATE_SETTLE /
 # (RATE_SETTLE + its steps) to the rate it settles at (mix_floor): rows
 # seen often learn slowly, rare ones fast
 RATE_START, RATE_SETTLE = 16, 64
-MATCH_MIN = 6  # bytes hashed to find a match
-MATCH_CHECK = 32  # bytes compared backwards to verify one
-MATCH_MAX = 65535
-RECORD_MAX = 65535  # the longest record length found
-MATCH_EDGES = np.array([1, 8, 12, 16, 24, 32, 64, 256], dtype=np.int64)  # length buckets 1 ... 8
+MATCH_EDGES, MATCH_STATES = match.EDGES, match.STATES
 MATCH_TRUST = np.array([0, 2, 2, 4, 4, 8, 12, 16, 24], dtype=np.int64) << 14  # initial weight per bucket
-COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a context's total count
+COUNT_EDGES = counts.COUNT_EDGES
 # the first two weight sets' rows for every order seen (0 ... K tables): one per match length bucket
 # (set 0, bucket-major), one per count bucket and deterministic flag (set 1, order-major)
 ROWS_A, ROWS_B = len(MATCH_EDGES) + 1, 2 * (len(COUNT_EDGES) + 1)
 # weight sets chosen by hashes: (what is hashed, salt, 2^bits rows); the current word's hash, the
 # last two bytes, the last three
 HASHED_SETS = (("pair", 0, 12), ("word", 7, 12), ("triple", 3, 14))
-# a seventh (MixSettings.kinds): the kinds of the last few bytes (`mix_kernels.fine_kind`)
+# a seventh (MixSettings.kinds): the kinds of the last few bytes (`common.fine_kind`)
 KINDS_SET = ("kinds", 11, 12)
-# an eighth (the state set), indexed directly: a row for every match state (none;
-# else the kind of the byte it predicts with its length bucket), order seen and kind of the last byte
-MATCH_STATES = 1 + kernels.N_KINDS * len(MATCH_EDGES)
-NET_FLOOR = -(1 << 17)  # the network's logits less their maximum are clamped at -32 nats
+# an eighth (the state set), indexed directly: a row for every match state (none; else the kind of
+# the byte it predicts with its length bucket), order seen and kind of the last byte
 Z_BOUND = 1 << 20  # |z| bound (256 nats) in units of 2^-12
 W_BOUND = 1 << 24  # |w| bound (256) in units of 2^-16
-ONE = 1 << 12  # one nat of evidence
 PPM_TRUST = (1 << 16) // 4  # the PPM input's initial weight
-APM_BUCKETS = 49  # the APM's buckets of a byte's cost: 0, 1/2, ..., 24 bits
-APM_RATE = 20  # the APM's rate, units 2^-10 (nats per unit of gradient)
-APM2_RATE = 20  # the rate of its (previous byte, byte) table
 # The mixer priors (settings.MIX_PRIORS), each in the package's prior_NAME.npz: the starting rows of
 # every weight set, for the fast mixer and the slow, with every row's starting step count, and the
 # SHA-256 of their int64 little-endian bytes (W | W_slow | updates). Made by `tools/mixer_prior.py`.
@@ -124,39 +121,6 @@ PRIOR_SHA256 = {
     "text5": "6489c237e30e62a55c40db556a643c4708f1fa2154374742bcb7437cf849bb29",
     "text6": "5d6f7a725d970276b6fa1fea637b5f2f6452482d6c74a144f5f39f8338a02f90",
 }
-
-
-def rounded_logs(nums, den: int) -> list[int]:
-    """round(2^12 * ln(num / den)) for every num, correctly rounded, the same on every machine.
-
-    The float logarithm is off by far less than 10^-9 here (|values| below 2^16, any libm within a
-    few units in the last place), so where its fraction is more than 10^-6 from one half it rounds
-    to the right integer; only there does Decimal's correctly rounded ln decide (ties cannot occur:
-    the logarithm of a rational other than 1 is irrational). `tests/test_mix.py` checks every
-    table against Decimal alone. (Decimal for all 4,096 entries cost 0.24 s in every process.)"""
-    out = []
-    for num in nums:
-        v = math.log(num / den) * ONE  # num / den: exact (den is a power of two)
-        if abs(v - math.floor(v) - 0.5) > 1e-6:
-            out.append(math.floor(v + 0.5))
-            continue
-        with localcontext() as ctx:
-            ctx.prec = 40
-            out.append(int(((Decimal(num) / den).ln() * ONE).to_integral_value(ROUND_HALF_EVEN)))
-    return out
-
-
-@functools.cache
-def log_table(limit: int) -> np.ndarray:
-    """round(2^12 * ln(n + 1/8)) for n = 0 ... limit + 1, as int64 (`rounded_logs`)."""
-    return np.array(rounded_logs(range(1, 8 * (limit + 2), 8), 8), dtype=np.int64)
-
-
-@functools.cache
-def ppm_log_tables() -> tuple[np.ndarray, int]:
-    """round(2^12 * ln(m / 2^12)) for m = 2^12 ... 2^13 - 1, and round(2^12 * ln 2): the PPM input's
-    logarithms (`mix_kernels.ppm_log`), correctly rounded (`rounded_logs`)."""
-    return np.array(rounded_logs(range(4096, 8192), 4096), dtype=np.int64), rounded_logs([2], 1)[0]
 
 
 def prior_sha256(*arrays: np.ndarray) -> str:
@@ -219,22 +183,22 @@ def byte_classes(n: int) -> np.ndarray:
 
 def table_sizes(
     tb: int,
-    orders: bool,
-    words: bool,
-    gap: bool = False,
-    record: bool = False,
-    column: bool = False,
-    wrap: bool = False,
+    use_orders: bool,
+    use_words: bool,
+    use_gap: bool = False,
+    use_record: bool = False,
+    use_column: bool = False,
+    use_wrap: bool = False,
 ) -> list[int]:
     """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
     rows each but for those in HALF_ROWS and the record, column and wrap contexts' 2^(tb - 4). Halving order 3's,
     the word's and the skip pair's rows keeps the default level's tables under 256 MB; halving order 8's makes
     room for the APM's (previous byte, byte) table. The word alone keeps rows of counts (COUNTED) where the
     other hashed tables have rows of slots, at most COUNTED_ROWS of them."""
-    names = table_names(orders, words, gap, record, column, wrap)
+    names = table_names(use_orders, use_words, use_gap, use_record, use_column, use_wrap)
     sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
     sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
-    small = record + column + wrap
+    small = sum(name in UNSEEN for name in names)
     return sizes[: len(sizes) - small] + [(1 << tb) >> 4] * small
 
 
@@ -249,12 +213,11 @@ def in_counts(name: str) -> bool:
     return name in DIRECT or name in COUNTED
 
 
-def table_names(
-    orders: bool, words: bool, gap: bool = False, record: bool = False, column: bool = False, wrap: bool = False
-) -> list[str]:
-    """The count tables in the order `mix_kernels.context_rows` fills them."""
-    names = ([f"o{k}" for k in ORDERS] if orders else []) + (list(WORDS) if words else []) + ["gap"] * gap
-    return names + ["record"] * record + ["column"] * column + ["wrap"] * wrap
+def table_names(*used: bool) -> list[str]:
+    """The count tables in the order `step.contexts` fills them, of the context experts `used` (in
+    CONTEXTS' order: orders, word, gap, record, column, wrap; those not given are not used)."""
+    used = (*used, *[False] * (len(CONTEXTS) - len(used)))
+    return [name for module, on in zip(CONTEXTS, used, strict=True) if on for name in module.TABLES]
 
 
 def dense_evidence(ev: tuple, b: int) -> np.ndarray:
@@ -316,8 +279,6 @@ class Experts:
         self.n_dense = int(sum(n for n, d in zip(sizes, dense, strict=True) if d))
         self.bits = np.array([max(1, (n - 1).bit_length()) for n in sizes], dtype=np.uint64)
         self.rows = int(sum(sizes))
-        self.masks = np.array([(1 << (8 * k)) - 1 for k in ORDERS], dtype=np.uint64)
-        self.salts = np.arange(1, len(ORDERS) + 1, dtype=np.uint64) * kernels.P2
         self.shift = np.uint64(64) - self.bits
         self.log = log_table(s.count_limit)
         self.exp = checked_tables()[2]
@@ -333,7 +294,7 @@ class Experts:
         hashed = (*HASHED_SETS, KINDS_SET)
         self.set_salts = np.array([salt for _, salt, _ in hashed], dtype=np.uint64)
         self.set_shifts = np.array([64 - bits for _, _, bits in hashed], dtype=np.uint64)
-        state_rows = MATCH_STATES * (self.K + 1) * kernels.N_KINDS
+        state_rows = MATCH_STATES * (self.K + 1) * N_KINDS
         sizes = [n_a, n_b, 256] + [1 << bits for _, _, bits in hashed] + [state_rows]
         self.set_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.n_sets = int(sum(sizes))
@@ -362,14 +323,14 @@ class Experts:
         # a weight for every input and byte class (MixSettings.classes): column i * C + c, every class
         # starting from the input's weight (C = 1: one weight an input, as before classes)
         self.cls = byte_classes(s.classes)
-        self.two = s.mixers == 2  # a second mixer at half the rate, the logits averaged (`mix_kernels.mix_step`)
+        self.two = s.mixers == 2  # a second mixer at half the rate, the logits averaged (`mixer.predict`)
         lr = int(round(s.mix_lr * (1 << 20)))  # units 2^-20
         self.lr_start = RATE_START * RATE_SETTLE * lr  # over RATE_SETTLE + steps: the rate before it settles
         # the rate a weight row settles at: mix_floor's, reached after RATE_START * RATE_SETTLE * mix_lr /
         # mix_floor steps
         self.lr = int(round(s.mix_floor * (1 << 20)))
         # scratch for one step (what `mix` used, read by `learn`)
-        # the evidence, sparse (`mix_kernels.mix_step`): the network's logits less their maximum, every
+        # the evidence, sparse (`mixer`): the network's logits less their maximum, every
         # other input's value for most bytes, and (input, byte, difference) for the rest (|e| <= 2^18)
         self._ev = (
             np.zeros((B, 256), dtype=np.int32),
@@ -381,50 +342,60 @@ class Experts:
         self._rows = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._tags = np.zeros((B, max(self.K, 1)), dtype=np.int64)
         self._f0 = np.zeros((B, 256), dtype=np.int64)  # the mixer's own frequencies (before the APM)
-        self._apm_at = np.zeros((B, 256), dtype=np.int64)
         # the two mixers' logits and frequencies (what each learns from)
         self._z_fast, self._z_slow = (np.zeros((B, 256), dtype=np.int64) for _ in range(2))
         # each mixer's own probabilities (units 2^-24) for its gradient: int32 halves what it streams
         self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int32) for _ in range(2))
+        self._ctx = (self._rows, self._tags, self.K, self.n_seen)  # (`counts.Contexts`)
+        use = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column, self.use_wrap)
+        use += (self.use_match, self.n_ppm > 0, self.use_apm, self.use_hist, self.use_lines)
+        self._use = tuple(step.Use(*use))
         self.reset()
 
     def memory(self) -> int:
         """Bytes the tables and histories take at most (pages never touched take none)."""
         hist = self.B << self.hb if self.use_hist else 0
         match = self.match_table.nbytes if self.use_match else 0
-        counts = self.n_dense * (256 + 2 + 1) + (self.rows - self.n_dense) * (2 * self.n_slots + kernels.SLOT_TAIL)
-        return counts + hist + match + self.apm.nbytes + self.apm2.nbytes
+        rows = self.n_dense * (256 + 2 + 1) + (self.rows - self.n_dense) * (2 * self.n_slots + counts.SLOT_TAIL)
+        return rows + hist + match + self.apm.nbytes + self.apm2.nbytes
 
     # --- state ----------------------------------------------------------------------
 
     def reset(self) -> None:
         """Empty tables. They are allocated afresh (zeros from the OS, so only the pages that
         coding touches take memory, and a reset costs nothing)."""
-        B = self.B
+        B, s = self.B, self.s
         self._ready = False  # (`prepare`)
         self.counts = np.zeros((self.n_dense, 256), dtype=np.uint8)
-        # rows of slots, each with its tag and recent byte (`mix_kernels.count_bytes`), from a 64-byte
-        # boundary: a row of 30 slots is one cache line
-        self.slot = aligned_zeros(max(self.rows - self.n_dense, 1), 2 * self.n_slots + kernels.SLOT_TAIL)
-        self._tables = (self.counts, self.slot, self.n_dense)  # what the kernels read (`count_bytes`)
+        # rows of slots, each with its tag and recent byte (`counts`), from a 64-byte boundary: a row of
+        # 30 slots is one cache line
+        self.slot = aligned_zeros(max(self.rows - self.n_dense, 1), 2 * self.n_slots + counts.SLOT_TAIL)
         self.tags = np.zeros(max(self.n_dense, 1), dtype=np.uint16)  # the rows of counts' tags
         self.recent = np.zeros(max(self.n_dense, 1), dtype=np.uint8)  # the byte that last followed each context
-        self.hist = np.zeros((B, 1 << self.hb if self.use_hist else 1), dtype=np.uint8)
-        # match: 1 + the flat history index that followed each hashed context (0: none yet)
-        # (history indices + 1: below 2^30, `MixSettings.history_bits`)
-        self.match_table = np.zeros(2 << self.match_bits if self.use_match else 1, dtype=np.int32)
+        h = history.make(B, self.hb, self.use_hist)
+        self.hist, self.pos, self.last, self.lines = h.hist, h.pos, h.last, h.lines
         self.W, self.W_slow = self.start_weights()
-        self.apm = np.zeros((256 if self.use_apm else 0, APM_BUCKETS), dtype=np.int64)  # corrections, units 2^-12
-        self.apm2 = np.zeros((1 << 16 if self.use_apm else 0, APM_BUCKETS), dtype=np.int32)  # (previous byte, byte)
-        self.last = np.zeros(B, dtype=np.uint64)  # the last 8 bytes of every lane
-        self.pos = np.zeros(B, dtype=np.int64)  # bytes every lane has seen
-        self.word = np.zeros((B, 3), dtype=np.uint64)  # hashes of the current word, the one before, the one before that
-        self.updates = self.updates0.copy()  # steps every weight row has taken (its rate: `mix_kernels.mixer_steps`)
-        self.ptr = np.zeros(B, dtype=np.int64)  # match: flat history index of the predicted byte
-        self.mlen = np.zeros(B, dtype=np.int64)  # match length (0: none)
-        self.rec_at = np.zeros((B, 256 if self.use_record else 1, 3), dtype=np.int64)  # each byte's last positions
-        self.rec = np.zeros((B, 6), dtype=np.int64)  # record: two candidate lengths with votes, the length, its vote
-        self.lines = np.zeros((B, 2), dtype=np.int64)  # where the current line and the one before it start
+        self.updates = self.updates0.copy()  # steps every weight row has taken (its rate: `mixer.steps`)
+        es = [
+            MODULES[name].make(s, B, self.hb, name in s.expert_names) for name in ("orders", "word", "record", "match")
+        ]
+        es.append(ppm.make(s, B, self.hb, self.n_ppm > 0))
+        es.append(apm.make(s, B, self.hb, self.use_apm, Z_BOUND))
+        self.word = es[1].word
+        self.rec_at, self.rec = es[2].at, es[2].rec
+        self.match_table, self.ptr, self.mlen = es[3].table, es[3].ptr, es[3].mlen
+        self.apm, self.apm2, self._apm_at = es[5].apm, es[5].apm2, es[5].at
+        # the records the kernels take (`step`), as plain tuples
+        self._h = tuple(h)
+        self._tab = (
+            self.counts, self.slot, self.n_dense, self.tags, self.recent, self.base, self.shift, s.ways,
+            s.count_limit, self.log,
+        )  # fmt: skip
+        self._es = step.flat_states(es)
+        self._mx = (
+            self.W, self.W_slow, self.updates, self.cls, self.two, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
+            self.set_base, self.set_salts, self.set_shifts, s.kinds, self.exp, Z_BOUND, NET_FLOOR,
+        )  # fmt: skip
 
     def start_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """Both mixers' starting weights (W, W_slow), every byte class's column its input's weight
@@ -445,8 +416,8 @@ class Experts:
             getattr(self, k)[...] = v
 
     def row_tag(self, row: int) -> int:
-        """Count table row `row`'s tag (for inspection: `mix_kernels.row_tag`)."""
-        return int(kernels.row_tag(self._tables, self.tags, row))
+        """Count table row `row`'s tag (for inspection: `counts.row_tag`)."""
+        return int(counts.row_tag(counts.Tables(*self._tab), row))
 
     def row_counts(self, row: int) -> np.ndarray:
         """Count table row `row`'s count of every byte (256,), from a row of counts or of slots
@@ -463,20 +434,15 @@ class Experts:
 
     def prepare(self) -> None:
         """This step's count contexts (rows and tags, from the state after the last byte), and a
-        read of every cache line of their rows, all lanes at once (`touch_rows`; split, every run of
-        lanes on the thread that will mix it, `touch_parts`), so that their misses overlap each
-        other. `mix` prepares itself where this was not called."""
+        read of every cache line of their rows, all lanes at once (`counts.touch`; split, every run
+        of lanes on the thread that will mix it, `step.touch_parts`), so that their misses overlap
+        each other. `mix` prepares itself where this was not called."""
         if self.K:
-            kernels.context_rows(
-                self.last, self.word, len(ORDERS) * self.use_orders, self.use_word, self.use_gap, self.masks,
-                self.salts, self.shift, self.base, self._rows, self._tags, self.use_record, self.hist.reshape(-1),
-                self.hb, self.pos, self.rec, self.use_column, self.use_wrap, self.lines, self._tables, self.tags,
-                self.s.ways,
-            )  # fmt: skip
+            step.contexts(self._use, self._h, self._tab, self._ctx, self._es)
             if self.parts > 1:
-                kernels.touch_parts(self.parts, self._tables, self.tags, self._rows)
+                step.touch_parts(self.parts, self._tab, self._rows)
             else:
-                kernels.touch_rows(self._tables, self.tags, self._rows, 0, self.B)
+                step.touch_lanes(self._tab, self._rows, 0, self.B)
         self._ready = True
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -489,21 +455,16 @@ class Experts:
         B = self.B
         z = np.empty((B, 256), dtype=np.int64)
         freqs = np.empty((B, 256), dtype=np.int64)
-        parts, kernel = ((self.parts,), kernels.mix_parts) if self.parts > 1 else ((), kernels.mix_step)
-        whole = () if self.parts > 1 else (0, B)  # (mix_step's run of lanes: all of them)
-        kernel(
-            *parts, np.ascontiguousarray(logits), self._ev, z, self._sets, self._rows, self._tags, self.K, self.n_seen,
-            self.use_match, self._tables, self.tags, self.recent, self.log, self.hist.reshape(-1), self.ptr, self.mlen,
-            self.last, self.word, self.W, self.set_base, self.set_salts, self.set_shifts, self.s.kinds,
-            MATCH_EDGES, COUNT_EDGES, NET_FLOOR, ONE, Z_BOUND, self.exp, freqs, self.n_ppm,
-            self.ln_mant, self.ln2, self.apm, self.apm2, self._f0, self._apm_at, self.W_slow, self._z_fast,
-            self._z_slow, self._f_fast, self._f_slow, self.two, self.cls,
-            *whole,
-        )  # fmt: skip
-        mixer = self._f0 if self.use_apm else freqs
+        used = (*self._ev, self._sets, z, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self._f0)
+        records = (self._use, self._h, self._tab, self._ctx, self._es, self._mx, used, freqs)
+        if self.parts > 1:
+            step.mix_parts(self.parts, np.ascontiguousarray(logits), *records)
+        else:
+            step.mix_step(np.ascontiguousarray(logits), *records, 0, B)
+        mixer_freqs = self._f0 if self.use_apm else freqs
         return freqs, {
-            "z": z, "ev": self._ev, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer,
-            "f_fast": self._f_fast, "f_slow": self._f_slow,
+            "z": z, "ev": self._ev, "sets": self._sets, "rows": self._rows, "tags": self._tags, "f0": mixer_freqs,
+            "f_fast": self._f_fast, "f_slow": self._f_slow, "used": used,
         }  # fmt: skip
 
     # --- learning -------------------------------------------------------------------
@@ -514,33 +475,9 @@ class Experts:
         if k == 0:
             return
         y = np.ascontiguousarray(y[:k], dtype=np.int64)
-        longest = min((1 << self.hb) - 1, RECORD_MAX)
-        if self.parts > 1:  # the same kernels, side by side (`split`, `mix_kernels.learn_parts`)
-            kernels.learn_parts(
-                self.parts, self.use_apm, np.ascontiguousarray(freqs, dtype=np.int64), y, k, self.last, self.apm,
-                self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND, used["ev"], used["sets"], used["f_fast"],
-                used["f_slow"], self.two, self.cls, self.W, self.W_slow, self.updates, self.lr, self.lr_start,
-                RATE_SETTLE, W_BOUND, self.K > 0, used["rows"], used["tags"], self._tables, self.tags, self.recent,
-                self.s.count_limit, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen,
-                self.pos, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
-                self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
-                self.split_tables, self.split_sets, self.base, self.s.ways,
-            )  # fmt: skip
-            return
-        if self.use_apm:  # the APM learns from what was coded, the mixer from its own frequencies
-            coded = np.ascontiguousarray(freqs, dtype=np.int64)
-            kernels.apm_learn(coded, y, k, self.last, self.apm, self.apm2, self._apm_at, APM_RATE, APM2_RATE, Z_BOUND)
-        kernels.mixer_learn(
-            used["ev"], used["sets"], used["f_fast"], used["f_slow"], self.two, self.cls, y, k, self.W, self.W_slow,
-            self.updates, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
-        )  # fmt: skip
-        if self.K:
-            kernels.count_bytes(
-                used["rows"], used["tags"], y, k, self._tables, self.tags, self.recent, self.s.count_limit, 0, self.K,
-                self.base, self.s.ways,
-            )  # fmt: skip
-        kernels.advance(
-            y, k, self.hb, self.use_match, self.use_word, self.hist.reshape(-1), self.ptr, self.mlen, self.pos,
-            self.last, self.word, self.match_table, self.match_bits, MATCH_MIN, MATCH_CHECK, MATCH_MAX,
-            self.use_record, self.rec_at, self.rec, longest, self.use_lines, self.lines,
-        )  # fmt: skip
+        coded = np.ascontiguousarray(freqs, dtype=np.int64)
+        records = (self._use, self._h, self._tab, self._ctx, self._es, self._mx, used["used"], coded, y, k)
+        if self.parts > 1:  # the same kernels, side by side (`split`, `step.learn_parts`)
+            step.learn_parts(self.parts, (self.split_tables, self.split_sets), *records)
+        else:
+            step.learn(*records)

@@ -1,0 +1,38 @@
+"""The column (bytes since the last line feed, up to 255) with the byte above it in the line before
+(256 where that line was shorter or is no longer in the history), as a context: text laid out in
+columns. Not one of the tables that choose the highest context seen."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dyncompress.experts import history
+from dyncompress.experts.common import U8, U16, hashed_row
+
+NAME = "column"
+TABLES = ("column",)
+SALT = np.uint64(0x2545F4914F6CDD1D)
+State = tuple  # (none: the history keeps where the lines start)
+
+
+def make(settings, lanes: int, hb: int, used: bool) -> tuple:
+    return ()
+
+
+@njit(cache=True, inline="always")
+def predict(b, h, st, tab, ctx, t):
+    """Lane b's column context into table t; returns the next table."""
+    n = np.int64(1) << h.hb
+    col = history.column(h, b)
+    above = np.uint64(256)
+    at = h.lines[b, 1] + col
+    if at < h.lines[b, 0] and h.pos[b] - at < n:
+        above = np.uint64(h.hist[(np.int64(b) << h.hb) | (at & (n - 1))])
+    ctx.rows[b, t], ctx.tagv[b, t] = hashed_row(above << U16 | np.uint64(col) << U8, SALT, tab.shift[t], tab.base[t])
+    return t + 1
+
+
+@njit(cache=True, inline="always")
+def update(b, y, h, st):
+    """Nothing of its own: the history keeps where the lines start."""

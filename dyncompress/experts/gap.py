@@ -1,0 +1,29 @@
+"""The two bytes before the last one, as a context (a direct table, tag 0)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dyncompress.experts.common import MASK16, U8
+
+NAME = "gap"
+TABLES = ("gap",)
+State = tuple  # (none)
+
+
+def make(settings, lanes: int, hb: int, used: bool) -> tuple:
+    return ()
+
+
+@njit(cache=True, inline="always")
+def predict(b, h, st, tab, ctx, t):
+    """Lane b's gap context into table t; returns the next table."""
+    ctx.rows[b, t] = np.int64((h.last[b] >> U8) & MASK16) + tab.base[t]
+    ctx.tagv[b, t] = 0
+    return t + 1
+
+
+@njit(cache=True, inline="always")
+def update(b, y, h, st):
+    """Nothing of its own: the history holds its context."""

@@ -1,0 +1,251 @@
+"""One coding step of all the experts, compiled: the calls `mix.Experts` makes, each one kernel for
+all lanes.
+
+    contexts      every lane's count contexts (rows and tags) from the state after the last byte
+    mix_step      the mixer's inputs, its weight rows, the mixed logits and the coded frequencies
+    learn         after the byte: the APM's and the mixers' steps, the counts, every expert's state
+    mix_parts, learn_parts, touch_parts   the same split over threads (`coding.split`)
+
+The state travels in records (plain tuples at the call, each rebuilt here as its named record:
+numba reads a plain tuple's type several times faster than a named one's): `Use` (which experts
+run), `history.History`, `counts.Tables`, `counts.Contexts`, the experts' own states `es` = (orders,
+word, record, match, ppm, apm; `EXPERT_STATES`), `mixer.State`, and `used`, what a step leaves for
+learning: (E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0), the first four the
+sparse evidence ev (`mixer`). Records hold no records: numba's parallel loops cannot take a tuple
+within a tuple.
+
+Every expert takes part through its module's `predict` (its contexts, or its evidence) and `update`
+(its state after the byte); the order below is the order of the tables and of the mixer's inputs:
+the network, the count tables (orders, word, gap, record, column, wrap), the run input, ppm, match.
+Reads that a step makes before its writes (the match check, the lookups) come first in loops of
+their own, so the order of the lanes cannot change a bit.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from dyncompress.experts import apm, column, counts, gap, history, match, mixer, orders, ppm, record, words, wrap
+from dyncompress.experts.counts import Contexts, Tables
+from dyncompress.experts.history import History
+
+EXPERT_STATES = ("orders", "word", "record", "match", "ppm", "apm")  # the order of `es`
+# where each expert's fields start in `es` (the records' fields one after another)
+_AT = np.cumsum([0] + [len(m.State._fields) for m in (orders, words, record, match, ppm, apm)]).tolist()
+O0, O1, O2, O3, O4, O5, O6 = _AT
+
+
+class Use(NamedTuple):
+    """Which experts run (`MixSettings.experts`); ring: a history ring is kept (match, record,
+    column, wrap read it); lines: the line starts are kept (column, wrap)."""
+
+    orders: bool
+    words: bool
+    gap: bool
+    record: bool
+    column: bool
+    wrap: bool
+    match: bool
+    ppm: bool
+    apm: bool
+    ring: bool
+    lines: bool
+
+
+def flat_states(states: tuple) -> tuple:
+    """The experts' states (records in EXPERT_STATES' order) as `es`: their fields one after another."""
+    return tuple(field for state in states for field in state)
+
+
+@njit(cache=True, inline="always")
+def states(es):
+    """The experts' states `es` as their records."""
+    return (
+        orders.State(*es[O0:O1]),
+        words.State(*es[O1:O2]),
+        record.State(*es[O2:O3]),
+        match.State(*es[O3:O4]),
+        ppm.State(*es[O4:O5]),
+        apm.State(*es[O5:O6]),
+    )
+
+
+@njit(cache=True)
+def contexts(use, h, tab, ctx, es):
+    """Every lane's row and tag in every count table, in the tables' order; then, with `ways` > 1,
+    every hashed context takes its row in its group (`counts.choose_rows`)."""
+    use, h, tab, ctx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx)
+    o, w, r, _, _, _ = states(es)
+    for b in range(ctx.rows.shape[0]):
+        t = 0
+        if use.orders:
+            t = orders.predict(b, h, o, tab, ctx, t)
+        if use.words:
+            t = words.predict(b, h, w, tab, ctx, t)
+        if use.gap:
+            t = gap.predict(b, h, (), tab, ctx, t)
+        if use.record:
+            t = record.predict(b, h, r, tab, ctx, t)
+        if use.column:
+            t = column.predict(b, h, (), tab, ctx, t)
+        if use.wrap:
+            t = wrap.predict(b, h, (), tab, ctx, t)
+    if tab.ways > 1:
+        counts.choose_rows(tab, ctx)
+
+
+@njit(cache=True)
+def touch_lanes(tab, rows, lo, hi):
+    """`counts.touch` for lanes lo ... hi - 1."""
+    return counts.touch(Tables(*tab), rows, lo, hi)
+
+
+@njit(cache=True, parallel=True)
+def touch_parts(parts, tab, rows):
+    """`counts.touch` in the runs of lanes `mix_parts` mixes, each on its thread: every thread brings
+    in the rows it will read itself (one thread for all was slower: the other core then reads them
+    from this one's cache)."""
+    B = rows.shape[0]
+    total = np.zeros(parts, dtype=np.int64)
+    for p in prange(parts):
+        total[p] = touch_lanes(tab, rows, p * B // parts, (p + 1) * B // parts)
+    return total.sum()
+
+
+@njit(cache=True)
+def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
+    """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by
+    side): the mixer's inputs from the network's logits (float, units 2^-12) and the experts, the
+    weight rows they choose (`used`'s sets, B x 8), the mixed logits z, and from z the coded
+    frequencies `freqs` (B, 256); with the APM, the mixer's own go to f0 and the coded ones are those
+    of z refined by `apm.predict`. Each mixer's own probabilities (`mixer.shares`) are left for its
+    step."""
+    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
+    _, w, _, mt, pp, ap = states(es)
+    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
+    ev = (E0, base, ent, n_ent)
+    n_in = base.shape[1]
+    cols = mx.W.shape[1]
+    scratch = (
+        np.empty(cols, dtype=np.int64),
+        np.empty(cols, dtype=np.int64),
+        np.empty(cols // n_in, dtype=np.int64),
+        np.empty(256, dtype=np.int64),
+        np.empty(256, dtype=np.int64),
+    )
+    excl = np.empty(256, dtype=np.bool_)
+    p = np.empty(256, dtype=np.int64)
+    for b in range(lo, hi):
+        mixer.network_input(b, logits, ev, mx.net_floor)
+        m, order_seen, conf = 0, 0, 0
+        if ctx.K:
+            m, order_seen, conf = counts.predict(b, tab, ctx, ev, m)
+        if use.ppm:
+            m = ppm.predict(b, tab, ctx, pp, ev, 2 + ctx.K, m, excl, p)
+        bucket, state = 0, 0
+        if use.match:
+            m, bucket, state = match.predict(b, h, mt, ev, n_in - 1, m)
+        n_ent[b] = m
+        mixer.choose(b, mx, sets, ctx.K, (bucket, state, order_seen, conf), h.last[b], w.word[b, 0])
+        mixer.predict(b, mx, ev, m, sets, (z, z_fast, z_slow), scratch)
+    mixer.shares(z_fast[lo:hi], mx.exp, f_fast[lo:hi])
+    if mx.two:
+        mixer.shares(z_slow[lo:hi], mx.exp, f_slow[lo:hi])
+    if not use.apm:
+        mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
+        return
+    mixer.frequencies(z[lo:hi], mx.exp, f0[lo:hi])
+    apm.predict(z, f0, h, ap, lo, hi)
+    mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
+
+
+@njit(cache=True, parallel=True)
+def mix_parts(parts, logits, use, h, tab, ctx, es, mx, used, freqs):
+    """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread: it only reads the
+    tables, and writes each lane's own rows."""
+    B = logits.shape[0]
+    for p in prange(parts):
+        mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, p * B // parts, (p + 1) * B // parts)
+
+
+@njit(cache=True, inline="always")
+def advance(use, h, w, r, mt, y, k):
+    """Every lane takes byte y: the match extends or ends (every check reads the history before any
+    lane writes to it), the history, the record's votes, the word hashes and the last bytes move
+    on, then lanes without a match look one up and every lane files its position."""
+    if use.match:
+        for b in range(k):
+            match.update(b, y[b], h, mt)
+    for b in range(k):
+        history.write(h, b, y[b], use.ring, use.lines)
+        if use.record:
+            record.update(b, y[b], h, r)
+        if use.words:
+            words.update(b, y[b], h, w)
+        history.advance(h, b, y[b])
+    if use.match:
+        match.find(k, h, mt)
+
+
+@njit(cache=True)
+def learn(use, h, tab, ctx, es, mx, used, coded, y, k):
+    """After byte y (B,) was coded with `coded` (B, 256) for the first k lanes: the APM learns from
+    what was coded (before the history moves on), the mixers from their own probabilities, the
+    count tables count y, and every expert's state moves on."""
+    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
+    _, w, r, mt, _, ap = states(es)
+    E0, base, ent, n_ent, sets, _, _, _, f_fast, f_slow, _ = used
+    ev = (E0, base, ent, n_ent)
+    if use.apm:
+        apm.update(coded, y, k, h, ap)
+    mixer.update(ev, (f_fast, f_slow), mx, sets, y, k)
+    if ctx.K:
+        counts.update(tab, ctx, y, k, 0, ctx.K)
+    advance(use, h, w, r, mt, y, k)
+
+
+@njit(cache=True)
+def gradient_part(mx, used, y, lo, hi, G):
+    """`mixer.gradients` of lanes lo ... hi - 1 into G (2, k, columns): the fast mixer's, the slow one's."""
+    E0, base, ent, n_ent, _, _, _, _, f_fast, f_slow, _ = used
+    mixer.gradients((E0, base, ent, n_ent), (f_fast, f_slow), mixer.State(*mx), y, lo, hi, G[0], G[1])
+
+
+@njit(cache=True)
+def learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G):
+    """One of `learn_parts`'s two sections: (0) the mixers' steps in the first split[1] weight sets and
+    the first split[0] count tables; (1) the APM's step, the other tables and sets, and `advance`."""
+    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
+    _, w, r, mt, _, ap = states(es)
+    sets = used[4]
+    split_tables, split_sets = split
+    G = (G[0], G[1])
+    if section == 0:
+        mixer.steps(G, mx, sets, k, 0, split_sets)
+        if ctx.K:
+            counts.update(tab, ctx, y, k, 0, split_tables)
+        return
+    if use.apm:
+        apm.update(coded, y, k, h, ap)
+    if ctx.K and split_tables < ctx.rows.shape[1]:
+        counts.update(tab, ctx, y, k, split_tables, ctx.rows.shape[1])
+    if split_sets < sets.shape[1]:
+        mixer.steps(G, mx, sets, k, split_sets, sets.shape[1])
+    advance(use, h, w, r, mt, y, k)
+
+
+@njit(cache=True, parallel=True)
+def learn_parts(parts, split, use, h, tab, ctx, es, mx, used, coded, y, k):
+    """`learn`'s kernels in two sections side by side, one per thread (`learn_section`). They touch
+    disjoint memory (every weight set and count table its own rows; the APM reads the last bytes
+    before `advance` moves them on, in its own section), and each kernel runs as it does alone: the
+    same state for any split. Before them, the mixers' gradients, every lane's its own, in `parts`
+    runs of lanes."""
+    G = np.empty((2, k, mx[0].shape[1]), dtype=np.int64)  # (W's columns)
+    for p in prange(parts):
+        gradient_part(mx, used, y, p * k // parts, (p + 1) * k // parts, G)
+    for section in prange(2):
+        learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G)

@@ -1,0 +1,55 @@
+"""The experts package's shape: every expert module has the same small interface, and no kernel
+takes more than about a dozen arguments (the state travels in records)."""
+
+import inspect
+import typing
+
+import pytest
+
+from dyncompress.config.settings import EXPERTS, MixSettings
+from dyncompress.experts import apm, common, counts, history, match, mix, mixer, ppm, step
+from dyncompress.experts.mix import CONTEXTS, MODULES
+
+MAX_ARGS = 13  # "about a dozen"
+
+
+def test_every_expert_is_registered_under_its_settings_name():
+    assert set(MODULES) == set(EXPERTS) and all(MODULES[name].NAME == name for name in EXPERTS)
+    assert [m.NAME for m in CONTEXTS] == ["orders", "word", "gap", "record", "column", "wrap"]
+    # the count tables are the context experts' own, in registry order
+    names = mix.table_names(*[True] * len(CONTEXTS))
+    assert names == [t for m in CONTEXTS for t in m.TABLES] and len(set(names)) == len(names)
+    assert all(not MODULES[name].TABLES for name in EXPERTS if MODULES[name] not in CONTEXTS)
+
+
+@pytest.mark.parametrize("name", EXPERTS)
+def test_every_expert_module_has_the_same_small_interface(name):
+    module = MODULES[name]
+    assert isinstance(module.NAME, str) and isinstance(module.TABLES, tuple)
+    assert module.State is tuple or (issubclass(module.State, tuple) and hasattr(module.State, "_fields"))
+    assert list(inspect.signature(module.make).parameters)[:4] == ["settings", "lanes", "hb", "used"]
+    for fn in (module.predict, module.update):
+        assert hasattr(fn, "py_func"), f"{name}.{fn.__name__} is not compiled"
+        assert len(inspect.signature(fn.py_func).parameters) <= MAX_ARGS
+    if module in CONTEXTS:  # a context expert's predict and update take the same arguments
+        assert list(inspect.signature(module.predict.py_func).parameters) == ["b", "h", "st", "tab", "ctx", "t"]
+        assert list(inspect.signature(module.update.py_func).parameters) == ["b", "y", "h", "st"]
+    # its state, fresh, is its record (every field typed), used or not
+    extra = (1 << 20,) if module is apm else ()
+    for used in (True, False):
+        state = module.make(MixSettings(), 2, 12, used, *extra)
+        assert isinstance(state, module.State)
+        if module.State is not tuple:
+            assert set(typing.get_type_hints(module.State)) == set(module.State._fields)
+
+
+def test_no_kernel_takes_more_than_about_a_dozen_arguments():
+    kernels = [
+        fn
+        for module in (common, history, counts, match, ppm, apm, mixer, step, *CONTEXTS)
+        for fn in vars(module).values()
+        if hasattr(fn, "py_func") and fn.__module__ == module.__name__
+    ]
+    assert len(kernels) > 40
+    wide = {fn.__name__: n for fn in kernels if (n := len(inspect.signature(fn.py_func).parameters)) > MAX_ARGS}
+    assert not wide, wide
