@@ -2,7 +2,7 @@
 
 Every process computes `codec.fingerprint` once (its first call, as `encode` and `decode` do) for
 the CLI tests' settings (online, hidden 32, 8 lanes, segments of 8) and reports it, with how
-many entries `exact.floor_sqrt_` had to correct in that run (the library's square root was not
+many entries `exact_adapt.floor_sqrt_` had to correct in that run (the library's square root was not
 correctly rounded there). All must agree. With --cold the numba cache of the package is removed
 before each round, so the processes compile while the others run: the load under which torch's
 CPU sqrt once gave 32159.99... for the root of 32160^2 (docs/lab/notebook.md, 2026-12-01).
@@ -22,15 +22,15 @@ import dyncompress
 
 CHILD = """
 from dyncompress.coding import codec
-from dyncompress.network import exact
+from dyncompress.network import exact_adapt
 from dyncompress.config.settings import make_settings
-library = exact.floor_sqrt_
+library = exact_adapt.floor_sqrt_
 corrected = [0]
 def counted(v):
     r = library(v)
     corrected[0] += int((v.sqrt().floor_() != r).sum())
     return r
-exact.floor_sqrt_ = counted
+exact_adapt.floor_sqrt_ = counted
 s = make_settings(hidden=32, lanes=8, segment_len=8, device="cpu", size_hint=4227)
 print(codec.fingerprint(s, None), corrected[0])
 """

@@ -9,18 +9,17 @@ from dyncompress import compress, decompress
 from dyncompress.coding.codec import Codec, decode_block, encode_block
 from dyncompress.config.settings import MODEL_LEVELS, make_settings
 from dyncompress.errors import DyncompressError
-from dyncompress.network import exact, update_kernels
-from dyncompress.network.exact import (
+from dyncompress.network import exact, fixed, update_kernels
+from dyncompress.network.exact import ExactMLSTM, to_master
+from dyncompress.network.fixed import (
     FREQ_BITS,
     FREQ_TOTAL,
     LOG_FRAC,
-    ExactMLSTM,
     code_lengths,
     frequencies,
     log2_table,
     tlm_units,
     tlm_weights,
-    to_master,
 )
 from dyncompress.network.mlstm import MLSTMShape, init_params, unflatten
 
@@ -72,7 +71,7 @@ def _exact_gradient(net, lanes: int, steps: int):
     net.backward(steps, tokens, mask)
     assert torch.equal(net.grad, grad_before)  # the network is frozen: no gradient of its weights
     assert torch.equal(net.side_grad, net.side_grad.round())
-    return tokens, mask, net.side_grad * 2.0**-exact.G
+    return tokens, mask, net.side_grad * 2.0**-fixed.G
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -89,11 +88,11 @@ def test_the_sparse_gradient_matches_autograd():
     rng = np.random.default_rng(1)
     M = torch.from_numpy(np.round(rng.normal(size=(K, K)) * 0.05 * 2.0**20) * 2.0**-20)
     net = ExactMLSTM(SHAPE, master, lanes, steps, sparse=K)
-    net.side_master.copy_(M.reshape(-1) * 2.0**exact.FM)
+    net.side_master.copy_(M.reshape(-1) * 2.0**fixed.FM)
     net.refresh_side()
     tokens, mask, got = _exact_gradient(net, lanes, steps)
     M_ref = M.clone().requires_grad_(True)
-    _reference_loss(master * 2.0**-exact.FM, tokens, mask, M=M_ref).backward()
+    _reference_loss(master * 2.0**-fixed.FM, tokens, mask, M=M_ref).backward()
     _close(got, M_ref.grad.reshape(-1))
 
 
@@ -112,9 +111,9 @@ def test_the_lora_gradients_match_autograd():
             v.copy_(torch.from_numpy(np.round(rng.normal(size=v.shape) * 0.3 * 2.0**20) * 2.0**12))
     net.refresh_side()
     tokens, mask, got = _exact_gradient(net, lanes, steps)
-    factors = {n: v.mul(2.0**-exact.FM).requires_grad_(True) for n, v in views.items()}
+    factors = {n: v.mul(2.0**-fixed.FM).requires_grad_(True) for n, v in views.items()}
     lora = {name: (factors[f"{name}.A"], factors[f"{name}.B"]) for name in exact.LORA_MATRICES}
-    _reference_loss(master * 2.0**-exact.FM, tokens, mask, lora=lora).backward()
+    _reference_loss(master * 2.0**-fixed.FM, tokens, mask, lora=lora).backward()
     want = torch.cat([factors[n].grad.reshape(-1) for n, _ in net.side_layout])
     _close(got, want)
     for name, g in exact.unflatten_side(net.side_layout, got).items():  # each factor on its own too
@@ -251,7 +250,7 @@ def test_the_tlm_weight_follows_its_formula_from_the_coded_bytes():
         mean = np.where(counts > 0, bits / np.maximum(counts, 1) / 2**16, 0)
         s = np.where((counts > 0) & (mean > 2.5), lam * 2.0 ** (mean - 2.5), 0)
         assert np.all(w * 256 == np.round(w * 256)) and np.all((0 <= w) & (w <= 1))
-        assert np.all(np.abs(w - np.minimum(s / exact.TLM_CAP, 1)) <= 1 / 256 + 1e-3 * s)
+        assert np.all(np.abs(w - np.minimum(s / fixed.TLM_CAP, 1)) <= 1 / 256 + 1e-3 * s)
 
 
 def test_the_api_and_the_header_record_the_variant(tiny):

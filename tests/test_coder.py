@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dyncompress.coding.coder import FREQ_BITS, FREQ_TOTAL, Decoder, Encoder
-from dyncompress.network.exact import frequencies
+from dyncompress.network.fixed import frequencies
 
 
 def _random_freqs(rng, shape):

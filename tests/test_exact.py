@@ -14,45 +14,47 @@ import torch
 
 from conftest import corpus, split_started
 from dyncompress.config.settings import AdaptSettings
-from dyncompress.network import exact
-from dyncompress.network.exact import FREQ_TOTAL, ExactAdapter, ExactMLSTM, frequencies, to_master
+from dyncompress.network import exact_adapt, fixed
+from dyncompress.network.exact import ExactMLSTM, to_master
+from dyncompress.network.exact_adapt import ExactAdapter
+from dyncompress.network.fixed import FREQ_TOTAL, frequencies
 from dyncompress.network.mlstm import MLSTM, MLSTMShape, init_params
 
 
 def test_shipped_tables_are_what_the_integer_code_builds_and_match_their_hash():
-    built = exact.build_tables()
-    shipped = exact.checked_tables()  # raises if the hash differs
+    built = fixed.build_tables()
+    shipped = fixed.checked_tables()  # raises if the hash differs
     for a, b in zip(built, shipped, strict=True):
         assert np.array_equal(a, b)
-    assert exact.tables_sha256(built) == exact.TABLES_SHA256
+    assert fixed.tables_sha256(built) == fixed.TABLES_SHA256
 
 
 def test_a_changed_table_is_refused(monkeypatch):
-    sig, tanh, exp = exact.build_tables()
+    sig, tanh, exp = fixed.build_tables()
     tanh = tanh.copy()
     tanh[5] += 1
-    assert exact.tables_sha256((sig, tanh, exp)) != exact.TABLES_SHA256
+    assert fixed.tables_sha256((sig, tanh, exp)) != fixed.TABLES_SHA256
 
 
 def test_tables_are_the_functions_to_half_a_unit():
-    sig, tanh, exp = exact.checked_tables()
-    x = (np.arange(len(sig)) - exact.R) / 2.0**exact.FI
-    assert np.abs(sig - 2.0**exact.FS / (1 + np.exp(-x))).max() <= 0.5 + 1e-6
-    assert np.abs(tanh - 2.0**exact.FA * np.tanh(x)).max() <= 0.5 + 1e-6
-    d = np.arange(len(exp) - 1) / 2.0**exact.FI
-    assert np.abs(exp[:-1] - 2.0**exact.E_BITS * np.exp(-d)).max() <= 0.5 + 1e-3
-    assert exp[-1] == 0 and sig[0] == 0 and sig[-1] == 2**exact.FS and tanh[exact.R] == 0
+    sig, tanh, exp = fixed.checked_tables()
+    x = (np.arange(len(sig)) - fixed.R) / 2.0**fixed.FI
+    assert np.abs(sig - 2.0**fixed.FS / (1 + np.exp(-x))).max() <= 0.5 + 1e-6
+    assert np.abs(tanh - 2.0**fixed.FA * np.tanh(x)).max() <= 0.5 + 1e-6
+    d = np.arange(len(exp) - 1) / 2.0**fixed.FI
+    assert np.abs(exp[:-1] - 2.0**fixed.E_BITS * np.exp(-d)).max() <= 0.5 + 1e-3
+    assert exp[-1] == 0 and sig[0] == 0 and sig[-1] == 2**fixed.FS and tanh[fixed.R] == 0
 
 
 def _reference_frequencies(logits: np.ndarray) -> np.ndarray:
     """The same function in Python integers and Fractions, row by row."""
     from fractions import Fraction
 
-    table = exact.checked_tables()[2]
+    table = fixed.checked_tables()[2]
     out = []
     for row in logits:
         top = max(Fraction(v) for v in row)
-        scale, last = 2 ** (exact.FI - exact.FA), len(table) - 1
+        scale, last = 2 ** (fixed.FI - fixed.FA), len(table) - 1
         js = [min(math.floor((top - Fraction(v)) * scale + Fraction(1, 2)), last) for v in row]
         e = [int(table[j]) for j in js]
         f = [x * (FREQ_TOTAL - 256) // sum(e) + 1 for x in e]
@@ -94,7 +96,7 @@ def test_frequencies_follow_the_softmax():
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 15, 16, 17, 2**26 - 1, 2**26, 2**26 + 1, 2**52 - 1, 2**51 + 12345])
 def test_floor_sqrt_is_exact(n):
     v = torch.tensor([float(n)], dtype=torch.float64)
-    assert int(exact.floor_sqrt_(v)) == math.isqrt(n)
+    assert int(exact_adapt.floor_sqrt_(v)) == math.isqrt(n)
 
 
 def check_floor_sqrt_and_div(rng, squares: int = 0) -> None:
@@ -102,11 +104,11 @@ def check_floor_sqrt_and_div(rng, squares: int = 0) -> None:
     their neighbours), floor_div_ on random quotients near integers: against Python's integers."""
     n = rng.integers(0, 2**26, squares)
     v = np.concatenate([n * n, n * n - 1, n * n + 1, rng.integers(0, 2**52, 20000)]).clip(0).astype(np.float64)
-    r = exact.floor_sqrt_(torch.from_numpy(v)).numpy()
+    r = exact_adapt.floor_sqrt_(torch.from_numpy(v)).numpy()
     assert all(int(a) == math.isqrt(int(b)) for a, b in zip(r, v, strict=True))
     den = rng.integers(1, 2**26, 20000).astype(np.float64)
     num = (rng.integers(-(2**25), 2**25, 20000) * den + rng.integers(-3, 3, 20000)).astype(np.float64)
-    q = exact.floor_div_(torch.from_numpy(num), torch.from_numpy(den)).numpy()
+    q = exact_adapt.floor_div_(torch.from_numpy(num), torch.from_numpy(den)).numpy()
     assert all(int(a) == int(b) // int(c) for a, b, c in zip(q, num, den, strict=True))
 
 
@@ -126,10 +128,10 @@ def test_floor_sqrt_and_div_stay_exact_when_the_library_is_off(monkeypatch, off)
 
 
 def test_significant_rounds_down_to_the_bits_asked():
-    assert exact.significant(1.0, 3) == 1.0
-    assert exact.significant(0.1, 11) == math.floor(0.1 * 2**14) / 2**14
-    assert exact.significant(1e6 + 1, 5) == 30 * 2**15  # 1e6 = 30.5 * 2^15
-    assert exact.significant(0, 4) == 0.0
+    assert exact_adapt.significant(1.0, 3) == 1.0
+    assert exact_adapt.significant(0.1, 11) == math.floor(0.1 * 2**14) / 2**14
+    assert exact_adapt.significant(1e6 + 1, 5) == 30 * 2**15  # 1e6 = 30.5 * 2^15
+    assert exact_adapt.significant(0, 4) == 0.0
 
 
 SHAPE = MLSTMShape(64)
@@ -139,7 +141,7 @@ def _pair(lanes=4, steps=24, seed=0):
     theta = init_params(SHAPE, seed) * 0.7
     master = to_master(theta)
     net = ExactMLSTM(SHAPE, master, lanes, steps)
-    ref = MLSTM(SHAPE, master.mul(2.0**-exact.FM), lanes, steps)  # float64, the same weights
+    ref = MLSTM(SHAPE, master.mul(2.0**-fixed.FM), lanes, steps)  # float64, the same weights
     return net, ref
 
 
@@ -162,7 +164,7 @@ def test_forward_matches_the_float64_network_and_stays_in_its_formats():
         worst = max(worst, float((torch.from_numpy(freqs) / FREQ_TOTAL - p).abs().max()))
         prev = tokens[t]
         # every activation is an integer within its bound; weights are multiples of 2^-20
-        bounds = ((net.HS[t + 1], exact.A), (net.CS[t + 1], exact.C_MAX * exact.A), (net.M[t], exact.M_MAX * exact.A))
+        bounds = ((net.HS[t + 1], fixed.A), (net.CS[t + 1], fixed.C_MAX * fixed.A), (net.M[t], fixed.M_MAX * fixed.A))
         for x, bound in bounds:
             assert torch.equal(x, x.round()) and float(x.abs().max()) <= bound
         assert torch.equal(logits * 2.0**20, (logits * 2.0**20).round())
@@ -182,7 +184,7 @@ def test_backward_matches_the_float64_gradient():
     mask[-3:, 2:] = 0  # a ragged end
     net.backward(steps, tokens, mask)
     ref.backward(steps, tokens, mask)
-    got, want = net.grad * 2.0**-exact.G, ref.grad
+    got, want = net.grad * 2.0**-fixed.G, ref.grad
     assert torch.equal(net.grad, net.grad.round())
     cos = float(got @ want / (got.norm() * want.norm()))
     assert cos > 0.999, cos
@@ -215,7 +217,7 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     inputs into their clamps too; also with the lanes split into runs on threads (`split`), evenly
     or not."""
     steps = 24
-    master = to_master((init_params(SHAPE, 3) * scale).clamp(-exact.W_MAX, exact.W_MAX))
+    master = to_master((init_params(SHAPE, 3) * scale).clamp(-fixed.W_MAX, fixed.W_MAX))
     compiled = ExactMLSTM(SHAPE, master.clone(), lanes, steps)
     if parts > 1:
         split_started()
@@ -224,16 +226,16 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     calls = ExactMLSTM(SHAPE, master.clone(), lanes, steps, compiled=False)  # as on a GPU
     assert compiled.compiled and compiled.fast and not calls.compiled and not calls.fast
     rng = np.random.default_rng(5)  # a carried state from anywhere in its range, c past its bound
-    h0 = torch.from_numpy(rng.integers(-exact.A, exact.A + 1, (lanes, SHAPE.hidden)).astype(np.float64))
-    c0 = torch.from_numpy(rng.integers(-300 * exact.A, 300 * exact.A, (lanes, SHAPE.hidden)).astype(np.float64))
+    h0 = torch.from_numpy(rng.integers(-fixed.A, fixed.A + 1, (lanes, SHAPE.hidden)).astype(np.float64))
+    c0 = torch.from_numpy(rng.integers(-300 * fixed.A, 300 * fixed.A, (lanes, SHAPE.hidden)).astype(np.float64))
     for net in (compiled, calls):
         net.HS[0], net.CS[0] = h0, c0
     tokens = _step_both(compiled, calls, lanes, steps)
     for name in ("HS", "CS", "Z", "M", "HM", "EXM", "TC", "IN"):
         assert torch.equal(getattr(compiled, name), getattr(calls, name)), name
     if scale > 1:  # the clamps were reached
-        assert float(compiled.M.abs().max()) == exact.M_MAX * exact.A
-        assert float(compiled.CS[1:].abs().max()) == exact.C_MAX * exact.A
+        assert float(compiled.M.abs().max()) == fixed.M_MAX * fixed.A
+        assert float(compiled.CS[1:].abs().max()) == fixed.C_MAX * fixed.A
     mask = torch.ones(steps, lanes, dtype=torch.float64)
     mask[-3:, 2:] = 0  # a ragged end
     compiled.backward(steps, tokens, mask)
@@ -296,13 +298,13 @@ def test_update_rules_take_the_float_step(rule):
     grad_sum = torch.from_numpy(np.round(rng.normal(size=master.shape) * 2.0**16 * 40))  # summed over 256 bytes
     ms = torch.from_numpy(rng.uniform(1e-8, 1e-4, size=master.shape)).float()
     count = 256
-    theta = master * 2.0**-exact.FM
+    theta = master * 2.0**-fixed.FM
     ref = theta.clone()
     ref_ad = Adapter(s, ref, ms=ms if rule != "sgd" else None, theta0=theta.clone() + 1e-3)
-    ex = ExactAdapter(s, master, ms if rule != "sgd" else None, start + 1e-3 * 2.0**exact.FM)
-    ref_ad.update(grad_sum * 2.0**-exact.G / count)
+    ex = ExactAdapter(s, master, ms if rule != "sgd" else None, start + 1e-3 * 2.0**fixed.FM)
+    ref_ad.update(grad_sum * 2.0**-fixed.G / count)
     ex.update(grad_sum.clone(), count)
-    step_ref, step_ex = ref - theta, master * 2.0**-exact.FM - theta
+    step_ref, step_ex = ref - theta, master * 2.0**-fixed.FM - theta
     assert torch.equal(master, master.round())
     err = float((step_ex - step_ref).abs().max() / step_ref.abs().max())
     assert err < 2e-3, err
@@ -312,15 +314,15 @@ def test_the_stream_rule_follows_rmsprop():
     from dyncompress.network.adapt import Adapter
 
     s, master, start = _adapter("rms", lr=2e-3, clip=0.0)
-    theta = master * 2.0**-exact.FM
+    theta = master * 2.0**-fixed.FM
     ref = theta.clone()
     ref_ad, ex = Adapter(s, ref), ExactAdapter(s, master, None, start)
     rng = np.random.default_rng(6)
     for _ in range(5):
         g = torch.from_numpy(np.round(rng.normal(size=master.shape) * 2.0**16 * 2))
-        ref_ad.update(g * 2.0**-exact.G / 256)
+        ref_ad.update(g * 2.0**-fixed.G / 256)
         ex.update(g.clone(), 256)
-    moved_ref, moved_ex = ref - theta, master * 2.0**-exact.FM - theta
+    moved_ref, moved_ex = ref - theta, master * 2.0**-fixed.FM - theta
     assert float((moved_ex - moved_ref).norm() / moved_ref.norm()) < 0.01
 
 
@@ -328,7 +330,7 @@ def test_the_stream_rule_follows_rmsprop():
 @pytest.mark.parametrize("lr", [3e-3, 0.7, 1e-9])
 def test_the_bias_corrections_settle_without_changing_a_step(lr, half):
     """Adam's bias corrections come from beta1^t and beta2^t as exact fractions, which stop being
-    multiplied once they no longer change a bit (`exact.POW_SETTLED`): every step's rate and epsilon
+    multiplied once they no longer change a bit (`exact_adapt.POW_SETTLED`): every step's rate and epsilon
     equal those of the powers carried exact all the way, the fractions stay small, and a state
     loaded at step t has the powers of t steps. With a half-life H (rate_half), the rate at step t
     is that times H / (H + t), floored once."""
@@ -413,9 +415,9 @@ def test_a_tiny_adaptation_step_still_moves_the_weights_the_matmuls_see():
         return torch.cat(parts)
 
     before = seen()
-    theta = master * 2.0**-exact.FM
+    theta = master * 2.0**-fixed.FM
     ad = ExactAdapter(s, master, None, start)
-    grad = torch.round(theta * 1e-4 * 2.0**exact.G * 256)  # a step of 1e-4 * theta
+    grad = torch.round(theta * 1e-4 * 2.0**fixed.G * 256)  # a step of 1e-4 * theta
     ad.update(grad, 256)
     net.refresh()
     big = theta.abs() > 0.05
@@ -427,7 +429,7 @@ def test_update_keeps_weights_bounded_and_integer():
     s, master, start = _adapter("sgd", lr=1.0, clip=0.0)
     ad = ExactAdapter(s, master, None, start)
     ad.update(torch.full(master.shape, -(2.0**30)), 1)
-    assert float(master.abs().max()) <= exact.W_MAX * 2.0**exact.FM
+    assert float(master.abs().max()) <= fixed.W_MAX * 2.0**fixed.FM
     assert torch.equal(master, master.round())
 
 
@@ -439,7 +441,7 @@ def test_the_clip_filter_never_changes_a_step(rule):
     rng = np.random.default_rng(11)
     n = SHAPE.num_params
     count = 256
-    limit = count * 2.0**exact.G  # clip = 1: the summed gradient's norm limit, in units of 2^-16
+    limit = count * 2.0**fixed.G  # clip = 1: the summed gradient's norm limit, in units of 2^-16
     ms = torch.from_numpy(rng.uniform(1e-8, 1e-4, size=n)).float()
     for ratio in (0.05, 0.5, 0.79, 0.81, 0.95, 1.0, 1.05, 3.0):
         for spread in ("many", "few"):

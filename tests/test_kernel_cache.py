@@ -16,7 +16,7 @@ PACKAGE = Path(dyncompress.__file__).resolve().parent
 COSTS = """
 import numpy as np
 from dyncompress.network import update_kernels
-from dyncompress.network.exact import log2_table
+from dyncompress.network.fixed import log2_table
 F = np.full((1, 1, 256), 1 << 16, dtype=np.int64)
 coded, bits = np.zeros((1, 1), dtype=np.int64), np.zeros(1, dtype=np.int64)
 update_kernels.segment_costs(F, np.zeros((1, 1), dtype=np.int32), np.ones(1, dtype=np.int64), log2_table(), 24, 16,

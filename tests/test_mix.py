@@ -48,7 +48,7 @@ from dyncompress.experts.mix import (
 )
 from dyncompress.experts.mixer import frequencies as integer_frequencies
 from dyncompress.format.container import FORMAT2_MIX, parse_header
-from dyncompress.network.exact import checked_tables, frequencies
+from dyncompress.network.fixed import checked_tables, frequencies
 
 ALL = ",".join(EXPERTS)
 BEFORE_WRAP = ",".join(e for e in EXPERTS if e != "wrap")
@@ -81,7 +81,7 @@ def test_the_log_tables_are_decimals_correctly_rounded_logarithms(monkeypatch):
 
 
 def test_the_compiled_frequencies_are_the_exact_ones():
-    """The mixer's frequencies (integer logits, compiled) equal `exact.frequencies` of the same
+    """The mixer's frequencies (integer logits, compiled) equal `fixed.frequencies` of the same
     logits: ties for the maximum, differences at the rounding's half-way points, beyond the
     exponential's range and at the mixer's bounds."""
     rng = np.random.default_rng(3)

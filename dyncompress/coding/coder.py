@@ -1,7 +1,7 @@
 """From the predictor's integer frequencies to bits: range coding.
 
 The predictor hands over integer frequencies (int64, each >= 1, summing to 2^24,
-`exact.frequencies`). constriction's categorical model takes floats and quantizes
+`fixed.frequencies`). constriction's categorical model takes floats and quantizes
 them (`fast_quantized_cdf`): it sums them, scales by (2^24 - n) / sum, and gives
 symbol i the cumulative floor(scale * sum_{j<i} p_j) + i. Handed p_j = f_j - 1,
 every sum is an integer below 2^24 (exact in float64), the scale is exactly 1.0,
@@ -19,7 +19,7 @@ from typing import Protocol
 import constriction
 import numpy as np
 
-from dyncompress.network.exact import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
+from dyncompress.network.fixed import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
 
 _MODEL = constriction.stream.model.Categorical(perfect=False)
 

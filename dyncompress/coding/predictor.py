@@ -22,21 +22,19 @@ from dyncompress.config.model import Model
 from dyncompress.config.settings import FROZEN_NEEDS_MODEL, Settings
 from dyncompress.experts.mix import Experts
 from dyncompress.network import update_kernels as kernels
-from dyncompress.network.exact import (
+from dyncompress.network.exact import ExactMLSTM, init_master, to_master
+from dyncompress.network.exact_adapt import ExactAdapter
+from dyncompress.network.fixed import (
     FREQ_BITS,
     FREQ_TOTAL,
     LOG_FRAC,
     TLM_CAP,
-    ExactAdapter,
-    ExactMLSTM,
     frequencies,
-    init_master,
     log2_table,
     tlm_mean_update,
     tlm_relative_threshold,
     tlm_units,
     tlm_weights,
-    to_master,
 )
 
 
@@ -49,7 +47,7 @@ class Predictor(Protocol):
 
     def step(self, inputs: np.ndarray, active: int) -> np.ndarray:
         """(lanes,) previous bytes -> (lanes, 256) next-byte frequencies: int64, each >= 1,
-        summing to `exact.FREQ_TOTAL` (2^24) in every row: what the range coder codes with.
+        summing to `fixed.FREQ_TOTAL` (2^24) in every row: what the range coder codes with.
         `active`: how many lanes (from the first) code a byte at this step."""
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:

@@ -29,7 +29,7 @@ DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
 AUTO_MODEL = "auto"  # the default start: DEFAULT_MODEL, or online mode where it does not fit (`auto`)
 RULES = ("static", "sgd", "rms", "rms-decay")
-# The exact arithmetic (exact.py) keeps every sum below 2^53 for networks up to this size and
+# The exact arithmetic (`network.fixed`) keeps every sum below 2^53 for networks up to this size and
 # segments of up to this many bytes (lanes x segment_len): the weight gradients sum that many.
 MAX_HIDDEN = 1024
 MAX_BATCH = 1 << 14

@@ -58,7 +58,7 @@ stage (apm, paq's adaptive probability map) corrects every byte's logit from a r
 previous byte at that byte's cost under the mixer (half-bit buckets, interpolated), and from a
 second row chosen by the previous byte with the byte itself; both learn by the gradient of the code
 length. Everything is integer arithmetic (weights in units of 2^-16), so every machine gets the
-same bits; `exact.frequencies` turns z into the coded frequencies. The per-byte work runs compiled
+same bits; `fixed.frequencies` turns z into the coded frequencies. The per-byte work runs compiled
 (`mix_kernels`, numba), one call per step for all lanes.
 
 The mixer prior: with a pretrained model every weight row starts as learned on text (`MixSettings.
@@ -80,7 +80,7 @@ from dyncompress.experts.common import N_KINDS, rounded_logs  # noqa: F401  (re-
 from dyncompress.experts.counts import log_table
 from dyncompress.experts.mixer import NET_FLOOR
 from dyncompress.experts.ppm import ppm_log_tables
-from dyncompress.network.exact import ExactnessError, checked_tables
+from dyncompress.network.fixed import ExactnessError, checked_tables
 
 # The registry: every expert by its name in `settings.EXPERTS`, each a module with the same small
 # interface (NAME, TABLES, State, make, predict, update; `experts` package: how to add one).
@@ -447,7 +447,7 @@ class Experts:
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
         """Network logits (B, 256; units 2^-12) -> the coded frequencies (B, 256) int64 of the mixed
-        logits z (`exact.frequencies` of z), and what was used (z, the evidence and the rows chosen;
+        logits z (`fixed.frequencies` of z), and what was used (z, the evidence and the rows chosen;
         the latter kept until the next call, for `learn`)."""
         if not self._ready:
             self.prepare()
