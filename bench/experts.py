@@ -1,15 +1,13 @@
 """The experts' worth: bits per byte with all experts, none, and each one left out, beside PPMd.
 
-    python bench/experts.py                    # the ablation on enwik6 and alice29
-    python bench/experts.py --corpora 200000   # default vs none vs PPMd on the texts of
-                                               # ../shared/corpora over 100 kB (first 200 kB each)
-    python bench/experts.py --corpora 100000 --all-only --auto   # the start `encode` chooses for
-                                               # each text (the model, or online mode: `auto`)
-    python bench/experts.py --hard --rows "all,no ppm"   # chosen rows on the 100 kB pieces where
-                                               # PPMd beat dyncompress (bench/evidence.py's inputs)
-    python bench/experts.py --corpora 1000000 --all-only --only calgary/book2 --set slots=0,table_bits=17
-                                               # with settings of make_settings changed (here: the
-                                               # count tables of files made before slots)
+    python bench/experts.py enwik8:0:1M corpora/alice29.txt       # the ablation
+    python bench/experts.py FILE... --all-only --auto              # the start `encode` chooses for
+                                                                   # each text (the model, or online)
+    python bench/experts.py FILE:0:200k... --rows "all,no ppm"     # chosen rows
+    python bench/experts.py FILE --all-only --set table_bits=17    # with settings of make_settings changed
+
+Inputs are named as `dyncompress eval` names them: a path, PATH:START:END for a byte range, or a
+fetched corpus (`enwik8:0:1M`, `enwik8:test`; `dyncompress corpus`).
 
 Every row is the codec's own loop (`measure`, as `dyncompress eval` runs it: -log2 p of every
 byte, a block that would expand counted as stored), the shipped model at its default level, the
@@ -24,21 +22,13 @@ import argparse
 import ast
 import platform
 import time
-from pathlib import Path
-
-from exact_vs_float import ENWIK8, ROOT, SHARED  # the same inputs (bench/ is on the path)
 
 from dyncompress.api import resolve_model
 from dyncompress.auto import choose_start
 from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import measure
 from dyncompress.config.settings import EXPERTS, make_settings
-
-ABLATION = {
-    "enwik6": (ENWIK8, 0, 1_000_000),
-    "alice29": (ROOT / "corpora" / "alice29.txt", 0, None),
-    "enwik8 [3.0M,3.5M)": (ENWIK8, 3_000_000, 3_500_000),
-}
+from dyncompress.training.corpus import read_source
 
 
 def ppmd_bpb(data: bytes) -> float | None:
@@ -51,15 +41,6 @@ def row(data: bytes, model, experts: str, **kw) -> tuple[float, float]:
     return m.bits / len(data), len(data) / m.seconds / 1e3
 
 
-def corpora_over(limit: int) -> list[tuple[str, Path]]:
-    rows = []
-    for line in (SHARED / "MANIFEST.tsv").read_text().splitlines()[1:]:
-        path, size, _ = line.split("\t")
-        if int(size) > limit:
-            rows.append((path, SHARED / path))
-    return rows
-
-
 def without(name: str) -> str:
     """Every expert but `name` and those that read its tables (ppm reads the orders')."""
     return ",".join(x for x in EXPERTS if x != name and not (name == "orders" and x == "ppm"))
@@ -67,13 +48,11 @@ def without(name: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpora", type=int, metavar="BYTES", help="bytes of each corpus text over 100 kB")
-    ap.add_argument("--only", nargs="*", help="inputs to run (names or corpus paths)")
+    ap.add_argument("inputs", nargs="+", help="files, PATH:START:END, or corpus:split (as `eval` takes them)")
     ap.add_argument("--online", action="store_true", help="online mode (no model) instead of the shipped model")
     ap.add_argument("--auto", action="store_true", help="the start encode chooses per input (model or online)")
     ap.add_argument("--all-only", action="store_true", help="only the row with all experts (and PPMd)")
     ap.add_argument("--rows", help="comma-separated rows to run: all, none, 'no EXPERT'")
-    ap.add_argument("--hard", action="store_true", help="bench/evidence.py's inputs (and alice29, the enwik8 slice)")
     ap.add_argument("--set", default="", metavar="K=V,...", help="make_settings overrides, e.g. slots=0,table_bits=17")
     args = ap.parse_args()
     changed = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in args.set.split(",") if kv)}
@@ -83,13 +62,8 @@ def main() -> None:
         f"{'online' if args.online else 'model enwiki-h256'}{f', {args.set}' if args.set else ''}",
         flush=True,
     )
-    inputs = {p: (path, 0, args.corpora) for p, path in corpora_over(100_000)} if args.corpora else ABLATION
-    if args.hard:
-        from evidence import INPUTS
-
-        inputs = INPUTS
     every = {"all": ",".join(EXPERTS), "none": "", **{f"no {e}": without(e) for e in EXPERTS}}
-    rows = dict(every) if not args.corpora else {"all": every["all"], "none": ""}
+    rows = dict(every)
     if args.all_only:
         del rows["none"]
     if args.rows:
@@ -98,10 +72,8 @@ def main() -> None:
     starts = " probe | start |" if args.auto else ""
     print(f"| input | bytes |{starts} PPMd o6 | {heads} | {next(iter(rows))} vs PPMd | kB/s {' / '.join(rows)} |")
     print("|---|---:|" + "---:|---|" * args.auto + "---:|" + "---:|" * len(rows) + "---:|---:|", flush=True)
-    for name, (path, start, stop) in inputs.items():
-        if args.only and name not in args.only:
-            continue
-        data = path.read_bytes()[start:stop]
+    for name in args.inputs:
+        data = read_source(name)[1]
         start, online, probe = (model, {}, None)
         if args.auto:
             start, online, probe = choose_start(model, data, len(data), {})

@@ -2,12 +2,14 @@
 access, and a local Dask cluster against -j 2. Every run is the real command line, timed from the
 outside (start-up included), every file checked by a full decode.
 
-    python bench/frames.py                      # the 3.5 MB enwik8 head: about an hour on 2 cores
-    python bench/frames.py --bytes 300000 --frames 0,100KiB --cluster-bytes 200000   # a quick look
-    python bench/frames.py --frames 0,1750000 --workers 1,1t,2 --decode 2 --no-range --cluster-bytes 0
+    python bench/frames.py enwik8:0:3.5M        # enwik8's first 3.5 MB: about an hour on 2 cores
+    python bench/frames.py FILE --bytes 300000 --frames 0,100KiB --cluster-bytes 200000   # a quick look
+    python bench/frames.py FILE --frames 0,1750000 --workers 1,1t,2 --decode 2 --no-range --cluster-bytes 0
         # two equal frames: -j 2 against one worker of one thread (1t: -j 1 -T 1) and -j 1
-    python bench/frames.py --bytes 1000000 --frames 500000 --workers 1t,2,1t,2 --decode none --no-range \
+    python bench/frames.py FILE --bytes 1000000 --frames 500000 --workers 1t,2,1t,2 --decode none --no-range \
         --cluster-bytes 0   # the same, alternated: each ratio is against the mean of the repeated runs
+
+The input is named as `dyncompress eval` names it (a path, PATH:START:END, or corpus:START:END).
 
 Rows: frame size x workers (-j), encode and decode kB/s, bits per byte; PPMd order 6 on the same
 input beside them. Then `decode --range` of 1 kB from the middle, per frame size, and the cluster.
@@ -29,9 +31,9 @@ from pathlib import Path
 
 from dyncompress.cli.base import SizeParam
 from dyncompress.cli.peers import peer_bits
+from dyncompress.training.corpus import read_source
 
 ROOT = Path(__file__).resolve().parent.parent
-ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
 
 
 def size_of(text: str) -> int:
@@ -57,7 +59,7 @@ def say(line: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--input", type=Path, default=ENWIK8)
+    ap.add_argument("input", help="a file, PATH:START:END, or corpus:START:END")
     ap.add_argument("--bytes", type=int, default=3_500_000, help="the input's first N bytes")
     ap.add_argument("--frames", default="0,1MiB,256KiB", help="frame sizes (0: one frame)")
     ap.add_argument("--workers", default="1,2", help="worker counts for encoding (1t: one worker of one thread)")
@@ -67,14 +69,14 @@ def main() -> None:
     ap.add_argument("--cluster-frame", default="256KiB")
     args = ap.parse_args()
 
-    data = args.input.read_bytes()[: args.bytes]
+    data = read_source(args.input)[1][: args.bytes]
     n = len(data)
     tmp = Path(tempfile.mkdtemp(prefix="frames-"))
     src = tmp / "src"
     src.write_bytes(data)
     say(
         f"# bench/frames.py, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores; {args.input.name}[:{n:,}]"
+        f"{os.cpu_count()} cores; {Path(args.input).name}[:{n:,}]"
     )
     ppmd = ppmd_bpb(data)
     say(f"PPMd order 6: {ppmd:.4f} bits/byte" if ppmd else "PPMd: pyppmd not installed")

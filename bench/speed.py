@@ -1,14 +1,16 @@
 """Coding speed and peak memory of two versions side by side, in one run, and whether they write the
 same bytes.
 
-    python bench/speed.py OLD_TREE [--files enwik6 alice29 slice] [--levels default fast 1] [--rounds 1]
+    python bench/speed.py OLD_TREE [--files enwik8:0:1M enwik8:3M:3.5M corpora/alice29.txt]
+                          [--levels default fast 1] [--rounds 1]
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old main`); the new one is
 this checkout. Each case is `dyncompress encode` and `decode` of one file at one level in a fresh
 process, the versions alternating, the median of `--rounds`; peak RSS is the process's own
 (`os.wait4`). Both versions first code a small input each way, so that neither pays for compiling
-its kernels in the timed runs. Files: `enwik6` (the first 10^6 bytes of enwik8), `slice` (enwik8
-[3.0M, 3.5M)), `alice29` (corpora/), from the shared corpora folder beside the repository or any path.
+its kernels in the timed runs. Files are named as `dyncompress eval` names them: a path,
+PATH:START:END for a byte range, or a fetched corpus (`enwik8:0:1M` is enwik6, `enwik8:3M:3.5M` the
+slice; `dyncompress corpus fetch enwik8`, or a file of enwik8's first bytes: PATH:0:1M).
 """
 
 from __future__ import annotations
@@ -26,13 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from payload_hashes import record  # noqa: E402
 
+from dyncompress.training.corpus import read_source  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-ENWIK8 = ROOT.parent / "shared" / "corpora" / "enwik8" / "enwik8_head_3500000"
-FILES = {
-    "enwik6": lambda: ENWIK8.read_bytes()[:1_000_000],
-    "slice": lambda: ENWIK8.read_bytes()[3_000_000:3_500_000],
-    "alice29": lambda: (ROOT / "corpora" / "alice29.txt").read_bytes(),
-}
+ALICE = str(ROOT / "corpora" / "alice29.txt")
+FILES = ["enwik8:0:1M", "enwik8:3M:3.5M", ALICE]
 LEVELS = {"default": [], "fast": ["--fast"], "1": ["-1"], "9": ["-9"], "online": ["--online"]}
 
 
@@ -59,7 +59,7 @@ def payload_digest(path: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old", help="source tree of the other version")
-    ap.add_argument("--files", nargs="+", default=list(FILES), help="enwik6, slice, alice29 or paths")
+    ap.add_argument("--files", nargs="+", default=FILES, help="files, PATH:START:END or corpus:START:END")
     ap.add_argument("--levels", nargs="+", default=["default", "fast", "1"], choices=list(LEVELS))
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
@@ -67,16 +67,16 @@ def main() -> int:
     print(f"cores {os.cpu_count()}; {a.rounds} round(s), median; kB/s = input bytes / wall seconds / 1000")
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm"
-        warm.write_bytes(FILES["alice29"]()[:20_000])
+        warm.write_bytes(Path(ALICE).read_bytes()[:20_000])
         for tree in trees.values():  # each version compiles its kernels (and stamps them) before timing
             for level in a.levels:
                 run(tree, ["encode", "-f", "-q", *LEVELS[level], "-o", str(warm) + ".dc", str(warm)])
                 run(tree, ["decode", "-f", "-q", "-o", str(warm) + ".out", str(warm) + ".dc"])
-        head = f"{'file':8} {'level':8} {'bytes':>10} | {'encode kB/s old':>15} {'new':>6} {'new/old':>7} |"
+        head = f"{'file':14} {'level':8} {'bytes':>10} | {'encode kB/s old':>15} {'new':>6} {'new/old':>7} |"
         print(head + f" {'decode kB/s old':>15} {'new':>6} {'new/old':>7} | {'RSS MB old':>10} {'new':>5} | payload")
         for file in a.files:
-            data = FILES[file]() if file in FILES else Path(file).read_bytes()
-            src = Path(tmp) / Path(file).name
+            data = read_source(file)[1]
+            src = Path(tmp) / "input"
             src.write_bytes(data)
             for level in a.levels:
                 enc: dict[str, list] = {"old": [], "new": []}
@@ -100,7 +100,7 @@ def main() -> int:
                 same = "same" if digests["old"] == digests["new"] else "DIFFERENT"
                 e, d = speed["e"], speed["d"]
                 print(
-                    f"{Path(file).name[:8]:8} {level:8} {len(data):>10,} | {e['old']:>15.1f} {e['new']:>6.1f} "
+                    f"{Path(file).name[:14]:14} {level:8} {len(data):>10,} | {e['old']:>15.1f} {e['new']:>6.1f} "
                     f"{e['new'] / e['old']:>7.2f} | {d['old']:>15.1f} {d['new']:>6.1f} {d['new'] / d['old']:>7.2f} | "
                     f"{rss['old']:>10} {rss['new']:>5} | {same}",
                     flush=True,

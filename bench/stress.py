@@ -28,9 +28,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+# the real text trials draw from: the repository's corpora, and more folders where DYNCOMPRESS_STRESS_TEXTS
+# names them (separated by the path separator; the recipe of a seed depends on them)
+TEXT_DIRS = [
+    ROOT / "corpora",
+    *(Path(d) for d in os.environ.get("DYNCOMPRESS_STRESS_TEXTS", "").split(os.pathsep) if d),
+]
 TEXTS = sorted(
     p
-    for d in (ROOT / "corpora", ROOT.parent / "shared" / "corpora")
+    for d in TEXT_DIRS
     for p in (d.rglob("*") if d.is_dir() else [])
     if p.is_file() and p.suffix not in (".json", ".md", ".tsv", ".py") and p.stat().st_size > 1000
 )

@@ -10,11 +10,11 @@ file comes out the same on every machine; every row starts at the mean of the st
 online2 (the rows of the weight sets before the kinds set) were made by this tool's earlier recipes,
 which git keeps (`git show 9ccd116:tools/mixer_prior.py`); they ship as data.
 
-    python tools/mixer_prior.py [--prior text5] [-o dyncompress/experts/prior_text5.npz]
-    python tools/mixer_prior.py --compare text5,text6      # the priors side by side on PANEL
-    python tools/mixer_prior.py --compare none,online2     # online mode's (none: hand-set) on ONLINE_PANEL
+    python tools/mixer_prior.py --corpora DIR [--prior text5] [-o dyncompress/experts/prior_text5.npz]
+    python tools/mixer_prior.py --corpora DIR --compare text5,text6      # the priors side by side on PANEL
+    python tools/mixer_prior.py --corpora DIR --compare none,online2  # online mode's (none: hand-set)
 
-The corpora are read from `../shared/corpora` beside the repository (`--corpora`).
+The sources' paths are relative to `--corpora DIR`, the team's corpora folder (`shared/corpora`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from dyncompress.config.settings import MIX_PRIORS, make_settings
 from dyncompress.experts.mix import prior_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "corpora"  # the team's corpora, beside the repository (`--corpora`)
 
 # Three kinds of text in the model's training data: prose, Wikipedia markup, Spanish: (path, start,
 # end, lanes), each coded at the settings the prior was made with, pinned here so that a later change
@@ -134,7 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prior", choices=sorted(PRIORS), default="text5")
     ap.add_argument("-o", "--output", type=Path, help="[dyncompress/experts/prior_PRIOR.npz]")
-    ap.add_argument("--corpora", type=Path, default=SHARED, help=f"where the sources are [{SHARED}]")
+    ap.add_argument("--corpora", type=Path, required=True, help="the folder the sources' paths are relative to")
     ap.add_argument("--compare", metavar="A,B,...", help="measure these shipped priors on PANEL instead")
     args = ap.parse_args()
     output = args.output or ROOT / "dyncompress" / "experts" / f"prior_{args.prior}.npz"

@@ -366,7 +366,7 @@ MODEL_LEVELS: dict[int, dict] = {
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
 # A rule's settings when the model records none for it (`tune -o` records them under
 # defaults["rules"]). Plain sgd steps need a rate ~500x the normalised rules': 0.1 was best for
-# enwiki-h256 (bench/tune_model.py); the others share the model's own rate.
+# enwiki-h256 (models/enwiki-h256.md); the others share the model's own rate.
 RULE_DEFAULTS: dict[str, dict] = {"sgd": dict(lr=0.1)}
 # With experts mixed in, the network's step descends the mixture's code length and wants a smaller
 # rate than the model records for coding alone: these factors on the model's rms-decay.
