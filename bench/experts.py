@@ -27,7 +27,8 @@ from dyncompress.api import resolve_model
 from dyncompress.auto import choose_start
 from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.measure import measure
-from dyncompress.config.settings import EXPERTS, make_settings
+from dyncompress.config.levels import make_settings
+from dyncompress.config.settings import EXPERTS
 from dyncompress.training.corpus import read_source
 
 

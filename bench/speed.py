@@ -19,16 +19,14 @@ import argparse
 import hashlib
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from payload_hashes import record  # noqa: E402
-
-from dyncompress.training.corpus import read_source  # noqa: E402
+from dyncompress.training.corpus import read_source
 
 ROOT = Path(__file__).resolve().parent.parent
 ALICE = str(ROOT / "corpora" / "alice29.txt")
@@ -51,9 +49,17 @@ def run(tree: str, args: list[str]) -> tuple[float, int]:
 
 
 def payload_digest(path: Path) -> str:
-    """The payloads' hash (the header records who coded: versions differ there by design)."""
-    blocks = record(path.read_bytes())["blocks"]
-    return hashlib.sha256(repr(blocks).encode()).hexdigest()[:12]
+    """The payloads' hash, read from the block frames (whose layout formats 2 ... 5 share: docs/FORMAT.md):
+    the header, which records who coded and in which format, is skipped."""
+    buf = path.read_bytes()
+    pos = 8 + 2 + 4 + struct.unpack_from("<I", buf, 10)[0] + 4  # magic, version, meta_len, meta, crc
+    h = hashlib.sha256()
+    while buf[pos] in (1, 2):  # a coded or stored block (then the index or the end marker)
+        tag, orig_len, payload_len = struct.unpack_from("<BII", buf, pos)
+        start = pos + 1 + 4 + 4 + 4 + 8 + 4
+        h.update(struct.pack("<BI", tag, orig_len) + buf[start : start + payload_len])
+        pos = start + payload_len
+    return h.hexdigest()[:12]
 
 
 def main() -> int:

@@ -33,7 +33,7 @@ _EXPORTS = {
     "read_range": ("api", "read_range"),
     "Settings": ("config.settings", "Settings"),
     "DyncompressError": ("errors", "DyncompressError"),
-    "DEFAULT_MODEL": ("config.settings", "DEFAULT_MODEL"),
+    "DEFAULT_MODEL": ("config.levels", "DEFAULT_MODEL"),
     "Model": ("config.model", "Model"),
     "ModelError": ("config.model", "ModelError"),
     "find_model": ("config.model", "find"),

@@ -29,17 +29,17 @@ from dyncompress.auto import PROBE_BYTES, choose_start, is_auto
 from dyncompress.coding.codec import Codec, block_spans, fingerprint
 from dyncompress.coding.parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
 from dyncompress.coding.predictor import predictor_record
-from dyncompress.config.model import Model, ModelError
-from dyncompress.config.model import find as find_model
-from dyncompress.config.settings import (
+from dyncompress.config.levels import (
     AUTO_MODEL,
     DEFAULT_MODEL,
-    Settings,
     default_device,
     default_threads,
     make_settings,
     usable_cores,
 )
+from dyncompress.config.model import Model, ModelError
+from dyncompress.config.model import find as find_model
+from dyncompress.config.settings import Settings
 from dyncompress.errors import DyncompressError
 from dyncompress.format.container import (
     END_SIZE,

@@ -18,9 +18,7 @@ import functools
 
 import numpy as np
 
-from dyncompress.config.model import Model, ModelError
-from dyncompress.config.model import find as find_model
-from dyncompress.config.settings import (
+from dyncompress.config.levels import (
     AUTO_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
@@ -28,6 +26,8 @@ from dyncompress.config.settings import (
     MODEL_LEVELS,
     make_settings,
 )
+from dyncompress.config.model import Model, ModelError
+from dyncompress.config.model import find as find_model
 
 PROBE_BYTES = 4096
 PROBE_LANES = 4

@@ -29,7 +29,7 @@ def corpus(name: str) -> bytes:
 def model():
     """The shipped model (`settings.DEFAULT_MODEL`)."""
     from dyncompress.api import resolve_model
-    from dyncompress.config.settings import DEFAULT_MODEL
+    from dyncompress.config.levels import DEFAULT_MODEL
 
     return resolve_model(DEFAULT_MODEL)
 

@@ -11,7 +11,7 @@ import pytest
 import dyncompress
 from conftest import SMALL, corpus, needs_split, rewrite_header
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
-from dyncompress.config.settings import LEVELS
+from dyncompress.config.levels import LEVELS
 from dyncompress.format.container import (
     MAGIC,
     VERSION,
@@ -326,7 +326,7 @@ def test_a_codec_made_before_a_fork_codes_in_the_child_unsplit():
 
     from dyncompress.api import resolve_model
     from dyncompress.coding.codec import Codec, encode_block
-    from dyncompress.config.settings import make_settings
+    from dyncompress.config.levels import make_settings
 
     model = resolve_model("enwiki-h256")
     settings = make_settings(model=model, threads=2, lanes=4, size_hint=8000)

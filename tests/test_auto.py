@@ -17,7 +17,8 @@ from dyncompress.auto import (
 )
 from dyncompress.cli.batch import encode_plan
 from dyncompress.cli.peers import round_trip
-from dyncompress.config.settings import DEFAULT_MODEL, DEFAULT_PRIOR, Settings
+from dyncompress.config.levels import DEFAULT_MODEL, DEFAULT_PRIOR
+from dyncompress.config.settings import Settings
 from dyncompress.format.container import parse_header
 
 OBJ1 = corpus("calgary_obj1")  # 21,504 bytes of object code: unlike anything the model learned

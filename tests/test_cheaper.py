@@ -7,7 +7,7 @@ import torch
 from conftest import corpus
 from dyncompress import compress, decompress
 from dyncompress.coding.codec import Codec, decode_block, encode_block
-from dyncompress.config.settings import MODEL_LEVELS, make_settings
+from dyncompress.config.levels import MODEL_LEVELS, make_settings
 from dyncompress.errors import DyncompressError
 from dyncompress.network import exact, fixed, update_kernels
 from dyncompress.network.exact import ExactMLSTM, to_master

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import compress, decompress
-from dyncompress.config.settings import FAST_EXPERTS
+from dyncompress.config.levels import FAST_EXPERTS
 
 try:
     import pty

@@ -1,5 +1,5 @@
-"""The experts package's shape: every expert module has the same small interface, and no kernel
-takes more than about a dozen arguments (the state travels in records)."""
+"""The experts package's shape: every expert module has the same small interface, and no kernel of
+the package takes more than about a dozen arguments (the state travels in records)."""
 
 import inspect
 import typing
@@ -9,6 +9,7 @@ import pytest
 from dyncompress.config.settings import EXPERTS, MixSettings
 from dyncompress.experts import apm, common, counts, history, match, mix, mixer, ppm, step
 from dyncompress.experts.mix import CONTEXTS, MODULES
+from dyncompress.network import int_kernels, step_kernels, update_kernels
 
 MAX_ARGS = 13  # "about a dozen"
 
@@ -20,12 +21,31 @@ def test_every_expert_is_registered_under_its_settings_name():
     names = mix.table_names(*[True] * len(CONTEXTS))
     assert names == [t for m in CONTEXTS for t in m.TABLES] and len(set(names)) == len(names)
     assert all(not MODULES[name].TABLES for name in EXPERTS if MODULES[name] not in CONTEXTS)
+    # the tables that choose the highest context seen come first
+    seen = [m.SEEN for m in CONTEXTS]
+    assert seen == sorted(seen, reverse=True)
+
+
+def test_a_registered_expert_is_all_an_expert_needs():
+    """The Python side derives everything from the registry: which experts run, the tables, the
+    tables that count as seen, what the history keeps."""
+    for name in EXPERTS:
+        experts = mix.Experts(MixSettings(experts=name if name != "ppm" else "orders,ppm", table_bits=12), 1)
+        on = {n for n, used in experts.used.items() if used}
+        assert on == set(MixSettings(experts=name if name != "ppm" else "orders,ppm").expert_names)
+        tables = [t for m in CONTEXTS if m.NAME in on for t in m.TABLES]
+        assert experts.K == len(tables) == len(mix.table_sizes(12, *[m.NAME in on for m in CONTEXTS]))
+        assert experts.n_seen == sum(len(m.TABLES) for m in CONTEXTS if m.NAME in on and m.SEEN)
+        assert experts.use_hist == any("ring" in MODULES[n].READS for n in on)
+        assert experts.use_lines == any("lines" in MODULES[n].READS for n in on)
 
 
 @pytest.mark.parametrize("name", EXPERTS)
 def test_every_expert_module_has_the_same_small_interface(name):
     module = MODULES[name]
     assert isinstance(module.NAME, str) and isinstance(module.TABLES, tuple)
+    assert isinstance(module.SEEN, bool) and set(module.READS) <= {"ring", "lines"}
+    assert name in step.Use._fields  # (which experts run, by name)
     assert module.State is tuple or (issubclass(module.State, tuple) and hasattr(module.State, "_fields"))
     assert list(inspect.signature(module.make).parameters)[:4] == ["settings", "lanes", "hb", "used"]
     for fn in (module.predict, module.update):
@@ -47,6 +67,7 @@ def test_no_kernel_takes_more_than_about_a_dozen_arguments():
     kernels = [
         fn
         for module in (common, history, counts, match, ppm, apm, mixer, step, *CONTEXTS)
+        + (int_kernels, step_kernels, update_kernels)
         for fn in vars(module).values()
         if hasattr(fn, "py_func") and fn.__module__ == module.__name__
     ]

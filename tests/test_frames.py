@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SMALL, corpus, run_cli
 from dyncompress import Compressor, DyncompressError, compress, decompress, read_range
-from dyncompress.config.settings import make_settings
+from dyncompress.config.levels import make_settings
 from dyncompress.format.container import (
     END_SIZE,
     FormatError,

@@ -11,8 +11,8 @@ from conftest import CORPORA, NET, corpus, run_cli
 from dyncompress import DyncompressError
 from dyncompress.cli.peers import PEERS, bench_peer, confirm
 from dyncompress.coding.measure import Tally, measure, plot, row_settings, save_defaults, tune
+from dyncompress.config.levels import LORA_OUT_DEFAULTS, MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 from dyncompress.config.model import load, save
-from dyncompress.config.settings import LORA_OUT_DEFAULTS, MIXED_FACTORS, MODEL_LEVELS, RULE_DEFAULTS, make_settings
 
 ALICE = CORPORA / "alice29.txt"
 
@@ -235,7 +235,7 @@ def test_eval_rows_need_a_model_except_online():
 
 def test_eval_measures_by_default_what_the_level_adapts_as_encode_codes_it(model):
     from dyncompress.cli.measure import eval_
-    from dyncompress.config.settings import make_settings
+    from dyncompress.config.levels import make_settings
 
     rules = next(p for p in eval_.params if p.name == "rules").default.split(",")
     assert rules[:2] == ["static", "level"] and "online" in rules

@@ -13,18 +13,8 @@ from dyncompress import DyncompressError, compress, decompress
 from dyncompress.coding.codec import Codec, decode_block, encode_block
 from dyncompress.coding.measure import measure
 from dyncompress.coding.predictor import NoNetwork
-from dyncompress.config.settings import (
-    DEFAULT_PRIOR,
-    EXPERTS,
-    FAST_EXPERTS,
-    NARROWER,
-    ONLINE_PRIOR,
-    PRIOR_KINDS,
-    AdaptSettings,
-    MixSettings,
-    Settings,
-    make_settings,
-)
+from dyncompress.config.levels import DEFAULT_PRIOR, FAST_EXPERTS, NARROWER, ONLINE_PRIOR, make_settings
+from dyncompress.config.settings import EXPERTS, PRIOR_KINDS, AdaptSettings, MixSettings, Settings
 from dyncompress.experts import counts as tables
 from dyncompress.experts.common import N_KINDS, byte_kind, fine_kind
 from dyncompress.experts.counts import Contexts, Tables

@@ -10,8 +10,8 @@ import torch
 
 from conftest import CORPORA, TINY, corpus, run_cli
 from dyncompress import DyncompressError, compress, decompress
+from dyncompress.config.levels import DEFAULT_MODEL
 from dyncompress.config.model import Model, ModelError, from_bytes, load, save
-from dyncompress.config.settings import DEFAULT_MODEL
 from dyncompress.format.container import parse_header
 from dyncompress.training.train import TrainConfig, Trainer
 
@@ -85,7 +85,7 @@ def test_round_trip_with_a_pretrained_model(tiny, rule):
 @pytest.mark.parametrize("level", range(1, 10))
 def test_every_level_with_a_model_round_trips(tiny, level):
     from dyncompress import Compressor
-    from dyncompress.config.settings import MODEL_LEVELS
+    from dyncompress.config.levels import MODEL_LEVELS
 
     _, model = tiny
     data = corpus("alice29.txt")[9000:10500]

@@ -4,17 +4,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dyncompress.config.settings import (
-    DEFAULT_LEVEL,
-    LEVELS,
-    AdaptSettings,
-    Settings,
-    _apply,
-    _from_dict,
-    frame_lanes,
-    level_settings,
-    make_settings,
-)
+from dyncompress.config.levels import DEFAULT_LEVEL, LEVELS, frame_lanes, level_settings, make_settings
+from dyncompress.config.settings import AdaptSettings, Settings, _from_dict, apply_overrides
 
 
 def test_settings_validate_and_round_trip():
@@ -48,11 +39,11 @@ class _Outer:
 
 def test_nested_configs_need_no_special_case():
     """A new part with settings of its own is a field: parsed, and reached by flat overrides."""
-    o = _apply(_Outer(), {"lanes": 3, "gates": 9, "lr": 0.5})
+    o = apply_overrides(_Outer(), {"lanes": 3, "gates": 9, "lr": 0.5})
     assert o == _Outer(lanes=3, adapt=AdaptSettings(lr=0.5), mixer=_Mixer(gates=9))
     assert _from_dict(_Outer, {"lanes": 3, "adapt": AdaptSettings().__dict__, "mixer": {"gates": 9}}).mixer.gates == 9
     with pytest.raises(TypeError, match="unknown setting"):
-        _apply(_Outer(), {"gatez": 1})
+        apply_overrides(_Outer(), {"gatez": 1})
 
 
 def test_an_input_cut_into_frames_codes_them_at_three_quarters_of_the_lanes():

@@ -31,7 +31,8 @@ from dyncompress.api import resolve_model
 from dyncompress.cli.peers import peer_bits
 from dyncompress.coding.codec import Codec, encode_block
 from dyncompress.coding.measure import measure
-from dyncompress.config.settings import MIX_PRIORS, make_settings
+from dyncompress.config.levels import make_settings
+from dyncompress.config.settings import MIX_PRIORS
 from dyncompress.experts.mix import prior_sha256
 
 ROOT = Path(__file__).resolve().parent.parent

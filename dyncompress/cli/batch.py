@@ -22,8 +22,9 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from dyncompress.coding.parallel import Pool, encode_frame, worker_settings
+from dyncompress.config.levels import DEFAULT_MODEL, make_settings, usable_cores
 from dyncompress.config.model import Model
-from dyncompress.config.settings import DEFAULT_MODEL, Settings, make_settings, usable_cores
+from dyncompress.config.settings import Settings
 from dyncompress.errors import DyncompressError
 from dyncompress.format.container import END_SIZE, parse_end
 

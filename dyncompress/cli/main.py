@@ -56,16 +56,15 @@ from dyncompress.cli.files import (
     summary_line,
     with_common,
 )
-from dyncompress.config.settings import (
+from dyncompress.config.levels import (
     AUTO_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     FOREIGN_MODEL,
     MODEL_LEVELS,
-    RULES,
-    Settings,
     make_settings,
 )
+from dyncompress.config.settings import RULES, Settings
 from dyncompress.errors import DyncompressError
 from dyncompress.format.container import MAX_BLOCK_SIZE
 from dyncompress.progress import ProgressLine

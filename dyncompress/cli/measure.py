@@ -13,7 +13,8 @@ import time
 import click
 
 from dyncompress.cli.base import EXPERTS_HELP, ExpertsParam, Fatal, fast_knobs, knob, level_options, loading
-from dyncompress.config.settings import AUTO_MODEL, DEFAULT_MODEL, RULES, make_settings
+from dyncompress.config.levels import AUTO_MODEL, DEFAULT_MODEL, make_settings
+from dyncompress.config.settings import RULES
 from dyncompress.errors import DyncompressError
 from dyncompress.format.container import MAX_BLOCK_SIZE
 from dyncompress.progress import ProgressLine

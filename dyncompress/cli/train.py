@@ -15,11 +15,8 @@ from dyncompress.cli.base import (
     setting,
     torch_threads,
 )
-from dyncompress.config.settings import (
-    MODEL_DEFAULTS,
-    AdaptSettings,
-    TrainConfig,
-)
+from dyncompress.config.levels import MODEL_DEFAULTS
+from dyncompress.config.settings import AdaptSettings, TrainConfig
 from dyncompress.errors import DyncompressError
 from dyncompress.progress import ProgressLine
 

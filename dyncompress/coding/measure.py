@@ -22,8 +22,9 @@ import numpy as np
 
 from dyncompress.coding.codec import Codec, block_spans, frame_spans, to_lanes
 from dyncompress.coding.coder import FREQ_BITS
+from dyncompress.config.levels import make_settings
 from dyncompress.config.model import Model
-from dyncompress.config.settings import Settings, make_settings
+from dyncompress.config.settings import Settings
 from dyncompress.config.shape import MLSTMShape
 from dyncompress.errors import DyncompressError
 from dyncompress.network.exact import side_layout

@@ -18,8 +18,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from dyncompress.config.levels import FROZEN_NEEDS_MODEL
 from dyncompress.config.model import Model
-from dyncompress.config.settings import FROZEN_NEEDS_MODEL, Settings
+from dyncompress.config.settings import Settings
 from dyncompress.experts.mix import Experts
 from dyncompress.network import update_kernels as kernels
 from dyncompress.network.exact import ExactMLSTM, init_master, to_master

@@ -141,8 +141,8 @@ def file_kind(path: str) -> str | None:
 def compile_kernels(kind: str) -> None:
     """Call every compiled kernel that one way of coding (KINDS) calls: tiny runs of the real code path."""
     from dyncompress.coding.codec import fingerprint
+    from dyncompress.config.levels import DEFAULT_MODEL, default_threads, make_settings
     from dyncompress.config.model import find
-    from dyncompress.config.settings import DEFAULT_MODEL, default_threads, make_settings
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
     knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})

@@ -18,6 +18,8 @@ Every expert module exposes the same interface (`tests/test_experts.py` checks i
 
     NAME      its name in `config.settings.EXPERTS` (what `--experts` takes)
     TABLES    the count tables it keys, in order (() for none)
+    SEEN      whether its tables choose the highest context seen (else they are small: `mix.table_sizes`)
+    READS     what of the history it reads beyond the position and the last bytes: "ring", "lines"
     State     a NamedTuple of arrays and numbers (`tuple` where it keeps none)
     make(settings, lanes, hb, used) -> State    fresh state (tiny arrays where not `used`)
     predict   what it offers a step: a context expert's predict(b, h, st, tab, ctx, t) writes
@@ -34,8 +36,9 @@ Adding an expert (the steps `wrap`, the last one moved over, follows):
   2. Its name in `config.settings.EXPERTS` (and a line of `--experts`' help in `cli/base.py`).
   3. The registry: the module in `mix.MODULES`, and a context expert in `mix.CONTEXTS` at its
      tables' place.
-  4. Its calls in `step`: its `predict` in `contexts` (a context expert) or `mix_step`, its `update`
-     in `advance` where it keeps state, and its record in `EXPERT_STATES` where it has one.
+  4. In `step`: a field of `Use` under its name, its `predict` in `contexts` (a context expert) or
+     `mix_step`, its `update` in `advance` where it keeps state, and its record in `EXPERT_STATES`
+     where it has one.
   5. Its tests: its contexts or evidence on real text against what the docstring says, a round
      trip with it on, and bits saved with it against without (`tests/test_mix.py`).
 A new expert changes the coded bits of every level that turns it on: a new format, and the payload

@@ -14,6 +14,8 @@ from dyncompress.experts.common import MASK8, cost_units
 
 NAME = "apm"
 TABLES = ()
+SEEN = False
+READS = ()
 BUCKETS = 49  # a byte's cost: 0, 1/2, ..., 24 bits
 RATE = 20  # units 2^-10 (nats per unit of gradient)
 RATE2 = 20  # the (previous byte, byte) table's

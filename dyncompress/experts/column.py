@@ -12,6 +12,8 @@ from dyncompress.experts.common import U8, U16, hashed_row
 
 NAME = "column"
 TABLES = ("column",)
+SEEN = False  # not a context seen; its table has 2^(table_bits - 4) rows (`mix.table_sizes`)
+READS = ("ring", "lines")  # of the history: the line before, where the lines start
 SALT = np.uint64(0x2545F4914F6CDD1D)
 State = tuple  # (none: the history keeps where the lines start)
 

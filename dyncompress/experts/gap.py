@@ -9,6 +9,8 @@ from dyncompress.experts.common import MASK16, U8
 
 NAME = "gap"
 TABLES = ("gap",)
+SEEN = True  # its table chooses the highest context seen (`counts.Contexts.n_seen`)
+READS = ()  # of the history, beyond the position and the last bytes (`history.History`)
 State = tuple  # (none)
 
 

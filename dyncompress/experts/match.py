@@ -19,6 +19,8 @@ from dyncompress.experts.common import N_KINDS, ONE, P2, U64, fine_kind, mix64
 
 NAME = "match"
 TABLES = ()
+SEEN = False
+READS = ("ring",)  # of the history: the repeat and what followed it
 MATCH_MIN = 6  # bytes hashed to find a match
 MATCH_CHECK = 32  # bytes compared backwards to verify one
 MATCH_MAX = 65535

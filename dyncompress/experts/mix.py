@@ -1,70 +1,18 @@
-"""Exact byte statistics beside the network, and the mixer that weighs them (format 5 on).
+"""The experts' Python side: `Experts` holds every table and record of the exact byte statistics and
+their mixer for a number of lanes, and makes the compiled calls (`step`) once per coding step.
 
-The network is one expert among several. The others are counts of what followed a context, kept
-in integer tables that encoder and decoder update alike after every byte (all lanes share them:
-where two lanes touch one row in a step, the lower lane decides a tag and their counts add, so
-the order of the lanes cannot matter):
+The network is one expert among several: counts of what followed a context (orders 1 ... 6 and 8,
+three word contexts, the gap pair, the record, column and wrap contexts: `orders`, `words`, `gap`,
+`record`, `column`, `wrap`, in the count tables of `counts`), PPM's reading of the order tables
+(`ppm`) and the longest recent repeat (`match`), added in logit space by a mixer whose weight rows
+are chosen by small contexts and learned after every byte (`mixer`), then refined by an APM (`apm`).
+Every value is an integer, so every machine gets the same bits; the package's docstring lists the
+modules and how to add an expert, docs/METHOD.md section 3b the method.
 
-    orders 1 ... 6, 8  the last k bytes of the lane: orders 1 and 2 in direct tables (a count for
-                     every byte), the others hashed into 2^table_bits rows tagged with 16 more bits
-                     of the hash (a collision reads as an unseen context). A hashed row holds
-                     `MixSettings.slots` (byte, count) pairs in 64 bytes (one cache line); a new
-                     byte takes the first empty slot, else the first with the lowest count. A
-                     context may take any row of an aligned group of `ways` (the one with its tag,
-                     else the one whose counts sum least: `mix_kernels.choose_rows`); a row that
-                     starts afresh halves the group's other rows' counts (`count_bytes`), so an
-                     unused context fades. The word table keeps rows of counts (COUNTED).
-    word             three contexts of words (letters, or bytes >= 128; the first byte of a UTF-8
-                     character of 3 or 4 bytes starts a word of its own): the current word with
-                     the word before it, the current word alone, with the word two back
-    ppm              the order tables read as PPM does (method C, with exclusion): from the highest
-                     order seen down, each context gives its bytes not yet given their share
-                     count / (n + d) of the probability left and passes on d / (n + d); its
-                     evidence is the log of that probability
-    gap              the two bytes before the last one (a direct table)
-    record           for data of fixed-length records (the rows of an image, tables of numbers):
-                     the byte one record back, with the length, in 2^(table_bits - 4) hashed rows.
-                     Every lane finds its record length by votes (a byte whose last four
-                     occurrences are equally spaced votes for that distance; 16 votes make the
-                     length) and gives evidence while that length had a vote within the last 32
-                     records. Not a context seen when the mixer's weights are chosen.
-    column           the column (bytes since the last line feed, up to 255) with the byte above it
-                     in the line before, in a table like the record's (not a context seen either)
-    wrap             the column with the kinds of the last two bytes (`mix_kernels.byte_kind`),
-                     in a table like the column's: where a text's wrapped lines end
-    match            the longest recent repeat of the last bytes (a hash of the last 6 bytes points
-                     into the history; the length is verified, then extended byte by byte),
-                     predicting the byte that followed it; 2^match_bits slots that all lanes file
-                     in, and as many where each lane files under its own salt,
-                     looked up first
-
-A count expert's evidence for byte j is ln(n_j + 1/8) (units of 2^-12, from a table of correctly
-rounded logarithms); the match expert's is 1 nat on the predicted byte. The mixer adds them in
-logit space:
-
-    z_j = sum_i w_i,class(j)[s] * e_ij        (e_0 = the network's logits, less their maximum)
-
-with weights per lane that are the sum of one row from each weight set, chosen by small contexts:
-the match length's bucket with the highest order seen; that order with its count bucket and
-whether it saw one byte only; the previous byte; hashes of the last two bytes, the last three and
-the current word; the kinds of the last `kinds` bytes (`mix_kernels.fine_kind`, 4,096 hashed rows);
-the match state with the highest order and the last byte's kind (the state set). `classes` (7) gives
-every input a weight per class of the byte it weighs (`byte_classes`: digits, capitals, small
-letters, UTF-8 continuation bytes, two kinds of lead bytes, the rest). The mixer learns after every
-byte by the gradient of the code length: each chosen row -= lr (sum_j p_j e_ij - e_iy), every row
-at its own rate, 16 mix_lr at first, coming down as it learns to `mix_floor`. `mixers` (2): two
-mixers over the same rows and inputs, the second at half the rate, their logits averaged. A last
-stage (apm, paq's adaptive probability map) corrects every byte's logit from a row chosen by the
-previous byte at that byte's cost under the mixer (half-bit buckets, interpolated), and from a
-second row chosen by the previous byte with the byte itself; both learn by the gradient of the code
-length. Everything is integer arithmetic (weights in units of 2^-16), so every machine gets the
-same bits; `fixed.frequencies` turns z into the coded frequencies. The per-byte work runs compiled
-(`mix_kernels`, numba), one call per step for all lanes.
-
-The mixer prior: with a pretrained model every weight row starts as learned on text (`MixSettings.
-prior`, a `prior_NAME.npz` of the package checked by its SHA-256; `tools/mixer_prior.py` makes
-them), each row at the rate it had learned down to; online mode starts from its own (online2), the
-fast level from the hand-set weights. Why each piece is there, and what it measured: docs/lab/mix.md.
+Here: the registry (MODULES, CONTEXTS), the table layout (`table_sizes`), the weight sets' layout
+and starting weights (hand-set, or a mixer prior learned on text: `MixSettings.prior`, a
+`prior_NAME.npz` of the package checked by its SHA-256, made by `tools/mixer_prior.py`). Why each
+piece is there, and what it measured: docs/lab/mix.md.
 """
 
 from __future__ import annotations
@@ -85,10 +33,9 @@ from dyncompress.network.fixed import ExactnessError, checked_tables
 # The registry: every expert by its name in `settings.EXPERTS`, each a module with the same small
 # interface (NAME, TABLES, State, make, predict, update; `experts` package: how to add one).
 MODULES = {m.NAME: m for m in (orders, words, gap, match, ppm, apm, record, column, wrap)}
-# The context experts in the order of their count tables (`step.contexts`). The last three do not
-# choose the highest context seen (`Contexts.n_seen`).
+# The context experts in the order of their count tables (`step.contexts`): those whose tables choose
+# the highest context seen (`SEEN`) first.
 CONTEXTS = (orders, words, gap, record, column, wrap)
-UNSEEN = ("record", "column", "wrap")
 
 ORDERS = orders.ORDERS
 HALF_ROWS = ("o3", "o8", "word", "skip")  # count tables with half the hashed rows (`table_sizes`)
@@ -181,25 +128,21 @@ def byte_classes(n: int) -> np.ndarray:
     return out
 
 
-def table_sizes(
-    tb: int,
-    use_orders: bool,
-    use_words: bool,
-    use_gap: bool = False,
-    use_record: bool = False,
-    use_column: bool = False,
-    use_wrap: bool = False,
-) -> list[int]:
-    """Rows of every count table: orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb
-    rows each but for those in HALF_ROWS and the record, column and wrap contexts' 2^(tb - 4). Halving order 3's,
-    the word's and the skip pair's rows keeps the default level's tables under 256 MB; halving order 8's makes
-    room for the APM's (previous byte, byte) table. The word alone keeps rows of counts (COUNTED) where the
-    other hashed tables have rows of slots, at most COUNTED_ROWS of them."""
-    names = table_names(use_orders, use_words, use_gap, use_record, use_column, use_wrap)
-    sizes = [DIRECT.get(n, (1 << tb) >> (n in HALF_ROWS)) for n in names]
-    sizes = [min(n, COUNTED_ROWS) if name in COUNTED else n for name, n in zip(names, sizes, strict=True)]
-    small = sum(name in UNSEEN for name in names)
-    return sizes[: len(sizes) - small] + [(1 << tb) >> 4] * small
+def table_sizes(tb: int, *used: bool) -> list[int]:
+    """Rows of every count table of the context experts `used` (in CONTEXTS' order; those not given are
+    not used): orders 1 and 2 and the gap pair direct, the rest hashed, 2^tb rows each but for those
+    in HALF_ROWS and the tables of contexts not seen (`SEEN`: record, column, wrap), 2^(tb - 4).
+    Halving order 3's, the word's and the skip pair's rows keeps the default level's tables under
+    256 MB; halving order 8's makes room for the APM's (previous byte, byte) table. The word alone
+    keeps rows of counts (COUNTED) where the other hashed tables have rows of slots, at most
+    COUNTED_ROWS of them."""
+    used = (*used, *[False] * (len(CONTEXTS) - len(used)))
+    sizes = []
+    for module, on in zip(CONTEXTS, used, strict=True):
+        for name in module.TABLES if on else ():
+            rows = DIRECT.get(name, (1 << tb) >> (name in HALF_ROWS)) if module.SEEN else (1 << tb) >> 4
+            sizes.append(min(rows, COUNTED_ROWS) if name in COUNTED else rows)
+    return sizes
 
 
 DIRECT = {"o1": 256, "o2": 1 << 16, "gap": 1 << 16}  # the count tables indexed by their bytes themselves
@@ -248,26 +191,22 @@ class Experts:
     """The count and match experts for `lanes` lanes, with the mixer over them and the network."""
 
     def __init__(self, s: MixSettings, lanes: int) -> None:
-        names = s.expert_names
         self.s, self.B = s, lanes
         self.parts = 1  # runs of lanes `mix` is split into, one per thread (`split`)
-        self.use_orders, self.use_word, self.use_match = "orders" in names, "word" in names, "match" in names
-        self.use_apm = "apm" in names
-        self.use_gap = "gap" in names
-        self.use_record = "record" in names
-        self.use_column = "column" in names
-        self.use_wrap = "wrap" in names
-        self.use_lines = self.use_column or self.use_wrap  # they read where the lines start
-        self.use_hist = self.use_match or self.use_record or self.use_lines  # they read the history
+        self.used = {name: name in s.expert_names for name in MODULES}  # every registered expert: on?
+        on = [m for m in MODULES.values() if self.used[m.NAME]]
+        self.use_match, self.use_apm = self.used["match"], self.used["apm"]
+        self.use_lines = any("lines" in m.READS for m in on)  # (the history keeps where lines start)
+        self.use_hist = any("ring" in m.READS for m in on)  # (the history keeps a ring)
         self.match_bits = s.match_bits  # the match table's slots: 2^match_bits shared, as many the lanes' own
-        self.n_ppm = len(ORDERS) if "ppm" in names else 0  # MixSettings: ppm reads the order tables
+        self.n_ppm = len(ORDERS) if self.used["ppm"] else 0  # MixSettings: ppm reads the order tables
         B, tb = lanes, s.table_bits
-        # count tables: orders 1 and 2 direct, the rest (and word) hashed, one block of rows each
-        kinds = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column, self.use_wrap)
+        # count tables: the context experts' in CONTEXTS' order, those that choose the highest context
+        # seen first (`table_sizes`)
+        kinds = [self.used[m.NAME] for m in CONTEXTS]
         sizes = table_sizes(tb, *kinds)
         self.K = len(sizes)
-        # the tables that choose the highest context seen (not the record's, column's and wrap's, which come last)
-        self.n_seen = self.K - self.use_record - self.use_column - self.use_wrap
+        self.n_seen = sum(len(m.TABLES) for m in CONTEXTS if self.used[m.NAME] and m.SEEN)
         # rows of 256 counts for the direct tables and the word alone; the other hashed ones' rows are
         # s.slots (byte, count) pairs. The rows of counts come first in the row numbers.
         self.n_slots = s.slots
@@ -347,9 +286,7 @@ class Experts:
         # each mixer's own probabilities (units 2^-24) for its gradient: int32 halves what it streams
         self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int32) for _ in range(2))
         self._ctx = (self._rows, self._tags, self.K, self.n_seen)  # (`counts.Contexts`)
-        use = (self.use_orders, self.use_word, self.use_gap, self.use_record, self.use_column, self.use_wrap)
-        use += (self.use_match, self.n_ppm > 0, self.use_apm, self.use_hist, self.use_lines)
-        self._use = tuple(step.Use(*use))
+        self._use = tuple(step.Use(**self.used, ring=self.use_hist, lines=self.use_lines))
         self.reset()
 
     def memory(self) -> int:

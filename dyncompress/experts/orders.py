@@ -16,6 +16,8 @@ from dyncompress.experts.common import P2, hashed_row
 NAME = "orders"
 ORDERS = (1, 2, 3, 4, 5, 6, 8)
 TABLES = tuple(f"o{k}" for k in ORDERS)
+SEEN = True  # its tables choose the highest context seen (`counts.Contexts.n_seen`)
+READS = ()  # of the history, beyond the position and the last bytes (`history.History`)
 
 
 class State(NamedTuple):

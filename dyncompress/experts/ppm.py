@@ -22,6 +22,8 @@ from dyncompress.network.int_kernels import floor_log2
 
 NAME = "ppm"
 TABLES = ()
+SEEN = False
+READS = ()
 PPM_BITS = 40  # probabilities in units of 2^-40
 
 

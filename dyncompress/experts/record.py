@@ -19,6 +19,8 @@ from dyncompress.experts.common import U8, U16, hashed_row
 
 NAME = "record"
 TABLES = ("record",)
+SEEN = False  # not a context seen; its table has 2^(table_bits - 4) rows (`mix.table_sizes`)
+READS = ("ring",)  # of the history: the byte one record back
 SALT = np.uint64(0x5851F42D4C957F2D)
 REC_VOTES = 16  # a record length takes over after this many votes
 REC_FRESH = 32  # the record context is used while the length had a vote within this many records

@@ -39,11 +39,11 @@ O0, O1, O2, O3, O4, O5, O6 = _AT
 
 
 class Use(NamedTuple):
-    """Which experts run (`MixSettings.experts`); ring: a history ring is kept (match, record,
-    column, wrap read it); lines: the line starts are kept (column, wrap)."""
+    """Which experts run (`MixSettings.experts`), by name; ring: a history ring is kept, lines: the
+    line starts are kept (where an expert running `READS` them)."""
 
     orders: bool
-    words: bool
+    word: bool
     gap: bool
     record: bool
     column: bool
@@ -83,7 +83,7 @@ def contexts(use, h, tab, ctx, es):
         t = 0
         if use.orders:
             t = orders.predict(b, h, o, tab, ctx, t)
-        if use.words:
+        if use.word:
             t = words.predict(b, h, w, tab, ctx, t)
         if use.gap:
             t = gap.predict(b, h, (), tab, ctx, t)
@@ -183,7 +183,7 @@ def advance(use, h, w, r, mt, y, k):
         history.write(h, b, y[b], use.ring, use.lines)
         if use.record:
             record.update(b, y[b], h, r)
-        if use.words:
+        if use.word:
             words.update(b, y[b], h, w)
         history.advance(h, b, y[b])
     if use.match:

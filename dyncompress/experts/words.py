@@ -16,6 +16,8 @@ from dyncompress.experts.common import ONE_U, P1, P2, hashed_row, is_letter, mix
 
 NAME = "word"
 TABLES = ("pair", "word", "skip")
+SEEN = True  # its tables choose the highest context seen (`counts.Contexts.n_seen`)
+READS = ()  # of the history, beyond the position and the last bytes (`history.History`)
 WIDE_LEAD = 0xE0  # the first byte of a UTF-8 character of 3 or 4 bytes: a word of its own
 NO_SALT = np.uint64(0)
 

@@ -11,6 +11,8 @@ from dyncompress.experts.common import MASK8, U8, U16, byte_kind, hashed_row
 
 NAME = "wrap"
 TABLES = ("wrap",)
+SEEN = False  # not a context seen; its table has 2^(table_bits - 4) rows (`mix.table_sizes`)
+READS = ("lines",)  # of the history: where the line starts
 SALT = np.uint64(0x94D049BB133111EB)
 State = tuple  # (none: the history keeps where the lines start)
 

@@ -224,12 +224,25 @@ class ExactMLSTM(CarriedState):
         x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
         table_in, gate_in, gz, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
         logits = np.empty((len(x), ALPHABET))
-        parts, kernel = ((self.parts,), step_kernels.forward_parts) if self.parts > 1 else ((), step_kernels.forward)
-        kernel(
-            *parts, inputs, x, table_in, gate_in, h0, hm, exm, m, gz, lo, hi, table, c0, gates, c1, tc, h1, w_mh, w_m,
-            w_out, b_out, logits, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A,
-            *self.lora_t, self.np_LP[t], P_MAX,
-        )  # fmt: skip
+        lanes = (inputs, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, self.np_LP[t])
+        weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t)
+        consts = (
+            lo,
+            hi,
+            table,
+            M_MAX * A,
+            C_MAX * A,
+            2.0 ** (FI - FA),
+            self.tanh_at,
+            self.tanh_lo,
+            self.tanh_hi,
+            A,
+            P_MAX,
+        )
+        if self.parts > 1:
+            step_kernels.forward_parts(self.parts, lanes, weights, consts)
+        else:
+            step_kernels.forward(lanes, weights, consts)
         return logits
 
     def record_array(self, t: int, freqs: np.ndarray) -> None:
@@ -326,12 +339,11 @@ class ExactMLSTM(CarriedState):
             kernel, parts, whole = (
                 (step_kernels.backward_parts, (self.parts,), ()) if runs else (step_kernels.backward, (), (0, B))
             )
-            kernel(
-                *parts, self.np_F[:T], targets.numpy(), mask.numpy(), weighted,
-                *numpy_views(self.Z[:T], self.TC[:T], self.CS[:T], self.EXM[:T]), *self.np_back, dl.numpy(), dH, dcfd,
-                K, *numpy_views(dZ, dM, dMX), float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), A, 2.0**FS, GRAD_MAX, DZ_MAX,
-                *whole,
-            )  # fmt: skip
+            coded = (self.np_F[:T], targets.numpy(), mask.numpy(), weighted)
+            saved = tuple(numpy_views(self.Z[:T], self.TC[:T], self.CS[:T], self.EXM[:T]))
+            grads = (dl.numpy(), dH, dcfd, K, *numpy_views(dZ, dM, dMX))
+            consts = (float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), A, 2.0**FS, GRAD_MAX, DZ_MAX)
+            kernel(*parts, coded, saved, tuple(self.np_back), grads, consts, *whole)
             self._weight_gradients(T, dl, dZ, dM, dMX)
             return
         Z, TC, CS = self.Z[:T], self.TC[:T], self.CS[:T]

@@ -43,10 +43,12 @@ def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound):
 
 
 @njit(cache=True)
-def cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi):
+def cell(gz, consts, c0, gates, c1, tc, h1):
     """From the gates' table indices gz (B, 4H; clamped to [gate_lo, gate_hi] per column and
     truncated): gates i, f, o, u = table[index]; c1 = clamp(round(f c0 + i u), +-c_bound);
-    tc = table[trunc(clamp(tanh_off + c_scale c1, tanh_lo, tanh_hi))]; h1 = round(o tc)."""
+    tc = table[trunc(clamp(tanh_off + c_scale c1, tanh_lo, tanh_hi))]; h1 = round(o tc).
+    consts: `forward`'s."""
+    gate_lo, gate_hi, table, _, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, _, _ = consts
     B, H = c0.shape
     for b in range(B):
         for j in range(4 * H):
@@ -61,22 +63,27 @@ def cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, t
 
 
 @njit(cache=True)
-def forward(
-    given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t, w_m_t,
-    w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t, lora_b_t,
-    lora_p, p_bound,
-):  # fmt: skip
+def forward(lanes, weights, consts):
     """The whole step without side weights but LoRA on W_out (`exact.ExactMLSTM.step_array`), in one
     call: x = given (the bytes), hm = h0 W_mh, `mult_gates_in`, gz += 2^-2 m W_m, `cell`, and the
     logits a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`); with LoRA factors A, B
     (given transposed; none: zero rows), lora_p = clamp(round(h1 A), +-p_bound) and the logits
-    gain lora_p B."""
+    gain lora_p B. The records:
+
+        lanes    (given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p): every lane's
+                 row of each (B, ...), what `forward_parts` cuts into runs of lanes
+        weights  (inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t)
+        consts   (gate_lo, gate_hi, table, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi,
+                 a_scale, p_bound)"""
+    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p = lanes
+    inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t = weights
+    _, _, _, m_bound, _, c_scale, _, _, _, a_scale, p_bound = consts
     for b in range(x.shape[0]):
         x[b] = given[b]
     matmul_nt(h0, w_mh_t, hm, 1.0, False)
     mult_gates_in(x, inputs, gate_in, hm, exm, m, gz, m_bound)
     matmul_nt(m, w_m_t, gz, c_scale, True)
-    cell(gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi)
+    cell(gz, consts, c0, gates, c1, tc, h1)
     for b in range(logits.shape[0]):
         for j in range(logits.shape[1]):
             logits[b, j] = a_scale * b_out[j]
@@ -89,23 +96,24 @@ def forward(
         matmul_nt(lora_p, lora_b_t, logits, 1.0, True)
 
 
+@njit(cache=True)
+def forward_lanes(lanes, weights, consts, lo, hi):
+    """`forward` of lanes lo ... hi - 1 (every record of `lanes` cut to their rows)."""
+    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p = lanes
+    rows = (
+        given[lo:hi], x[lo:hi], h0[lo:hi], hm[lo:hi], exm[lo:hi], m[lo:hi], gz[lo:hi], c0[lo:hi], gates[lo:hi],
+        c1[lo:hi], tc[lo:hi], h1[lo:hi], logits[lo:hi], lora_p[lo:hi],
+    )  # fmt: skip
+    forward(rows, weights, consts)
+
+
 @njit(cache=True, parallel=True)
-def forward_parts(
-    parts, given, x, inputs, gate_in, h0, hm, exm, m, gz, gate_lo, gate_hi, table, c0, gates, c1, tc, h1, w_mh_t,
-    w_m_t, w_out_t, b_out, logits, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t,
-    lora_b_t, lora_p, p_bound,
-):  # fmt: skip
+def forward_parts(parts, lanes, weights, consts):
     """`forward` with the lanes cut into `parts` runs of lanes, one per thread (`split`): every
     lane's step is its own, so the bits are the same for any cut."""
-    B = x.shape[0]
+    B = lanes[1].shape[0]
     for p in prange(parts):
-        lo, hi = p * B // parts, (p + 1) * B // parts
-        forward(
-            given[lo:hi], x[lo:hi], inputs, gate_in, h0[lo:hi], hm[lo:hi], exm[lo:hi], m[lo:hi], gz[lo:hi], gate_lo,
-            gate_hi, table, c0[lo:hi], gates[lo:hi], c1[lo:hi], tc[lo:hi], h1[lo:hi], w_mh_t, w_m_t, w_out_t, b_out,
-            logits[lo:hi], m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, a_scale, lora_a_t, lora_b_t,
-            lora_p[lo:hi], p_bound,
-        )  # fmt: skip
+        forward_lanes(lanes, weights, consts, p * B // parts, (p + 1) * B // parts)
 
 
 @njit(cache=True)
@@ -174,10 +182,7 @@ def backward_out_lora(F, y, mask, weighted, lora_b, dl, q, freq_total, dl_scale,
 
 
 @njit(cache=True)
-def backward(
-    F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale, fa,
-    fs, g_bound, dz_bound, lo, hi,
-):  # fmt: skip
+def backward(coded, saved, weights, grads, consts, lo, hi):
     """The backward pass through T steps without side weights (`exact.ExactMLSTM.backward`, the
     torch calls there and in `_backward_calls`, in one call), for lanes lo ... hi - 1 (each lane's
     backward is its own: `backward_parts` runs runs of lanes side by side): dl (T, B, 256) from the
@@ -186,7 +191,19 @@ def backward(
     then the steps, last to first (`grad_gates`, dZ W_m^T, `grad_mult`, dMX W_mh^T, `grad_carry`),
     into dZ, dM and dMX. Every product and sum is exact (the bounds of `exact`), so the order of
     the operations is the torch calls' wherever a rounding follows. (A step's lanes are sliced as
-    x[t, lo:hi], contiguous: numba compiles x[:, lo:hi] for any strides, four times slower.)"""
+    x[t, lo:hi], contiguous: numba compiles x[:, lo:hi] for any strides, four times slower.) The
+    records:
+
+        coded    (F, y, mask, weighted): the coded frequencies (T, B, 256), the targets, the mask
+        saved    (Z, TC, CS, exm): the forward's buffers
+        weights  (w_out, w_m, w_mh): the backward copies
+        grads    (dl, dH, dcfd, K, dZ, dM, dMX): what it writes
+        consts   (freq_total, dl_scale, fa, fs, g_bound, dz_bound)"""
+    F, y, mask, weighted = coded
+    Z, TC, CS, exm = saved
+    w_out, w_m, w_mh = weights
+    dl, dH, dcfd, K, dZ, dM, dMX = grads
+    freq_total, dl_scale, fa, fs, g_bound, dz_bound = consts
     T = dl.shape[0]
     H = dH.shape[2]
     aa = fa * fa
@@ -341,18 +358,12 @@ def round_weights(master, scale_f, unit_f, fw, scale_b, unit_b, bw):
 
 
 @njit(cache=True, parallel=True)
-def backward_parts(
-    parts, F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale,
-    fa, fs, g_bound, dz_bound,
-):  # fmt: skip
+def backward_parts(parts, coded, saved, weights, grads, consts):
     """`backward` with the lanes cut into `parts` runs of lanes, one per thread (`split`): each
     lane's backward is its own (the weights' gradients, which sum over lanes, come after)."""
-    B = dl.shape[1]
+    B = grads[0].shape[1]
     for p in prange(parts):
-        backward(
-            F, y, mask, weighted, Z, TC, CS, exm, w_out, w_m, w_mh, dl, dH, dcfd, K, dZ, dM, dMX, freq_total, dl_scale,
-            fa, fs, g_bound, dz_bound, p * B // parts, (p + 1) * B // parts,
-        )  # fmt: skip
+        backward(coded, saved, weights, grads, consts, p * B // parts, (p + 1) * B // parts)
 
 
 @njit(cache=True, parallel=True)
