@@ -226,24 +226,21 @@ class ExactMLSTM(CarriedState):
         logits = np.empty((len(x), ALPHABET))
         lanes = (inputs, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, self.np_LP[t])
         weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t)
-        consts = (
-            lo,
-            hi,
-            table,
-            M_MAX * A,
-            C_MAX * A,
-            2.0 ** (FI - FA),
-            self.tanh_at,
-            self.tanh_lo,
-            self.tanh_hi,
-            A,
-            P_MAX,
-        )
+        consts = self.step_consts(lo, hi, table)
         if self.parts > 1:
             step_kernels.forward_parts(self.parts, lanes, weights, consts)
         else:
             step_kernels.forward(lanes, weights, consts)
         return logits
+
+    def step_consts(self, gate_lo: np.ndarray, gate_hi: np.ndarray, table: np.ndarray) -> tuple:
+        """The step's constants as `step_kernels.forward` and `cell` take them: the gates' index bounds
+        and table, then m's and c's bounds, c's table scale, the tanh table's offset and bounds, the
+        output bias's scale and the LoRA product's bound."""
+        return (
+            gate_lo, gate_hi, table, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi,
+            A, P_MAX,
+        )  # fmt: skip
 
     def record_array(self, t: int, freqs: np.ndarray) -> None:
         """`record` where `fast`."""
@@ -283,10 +280,7 @@ class ExactMLSTM(CarriedState):
             fa, fb, P = self.lora_m
             gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
         if self.compiled:
-            step_kernels.cell(
-                gz_, lo, hi, table, c0_, gates_, c1_, tc_, h1_, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at,
-                self.tanh_lo, self.tanh_hi,
-            )  # fmt: skip
+            step_kernels.cell(gz_, self.step_consts(lo, hi, table), c0_, gates_, c1_, tc_, h1_)
             h = h1
         else:
             self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
