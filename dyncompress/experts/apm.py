@@ -45,20 +45,21 @@ def make(settings, lanes: int, hb: int, used: bool, bound: int) -> State:
 def predict(z, f0, h, st, lo, hi):
     """Lanes lo ... hi - 1: every byte's logit z (B, 256) gains the two corrections at its cost under
     the mixer's frequencies f0 (B, 256), held within +-bound."""
-    last_bucket = st.apm.shape[1] - 2
+    apm, apm2, at, bound, last = st.apm, st.apm2, st.at, st.bound, h.last
+    last_bucket = apm.shape[1] - 2
     for b in range(lo, hi):
-        row = np.int64(h.last[b] & MASK8)
+        row = np.int64(last[b] & MASK8)
         for j in range(256):  # the buckets first, in a loop of their own (it vectorises)
             x = cost_units(f0[b, j])
             i, w = x >> 7, x & 127
             beyond = i > last_bucket
-            st.at[b, j] = ((last_bucket if beyond else i) << 8) | (128 if beyond else w)
+            at[b, j] = ((last_bucket if beyond else i) << 8) | (128 if beyond else w)
         for j in range(256):
-            i, w = st.at[b, j] >> 8, st.at[b, j] & 255
+            i, w = at[b, j] >> 8, at[b, j] & 255
             r2 = (row << 8) | j
-            corr = (st.apm[row, i] * (128 - w) + st.apm[row, i + 1] * w) >> 7
-            corr += (np.int64(st.apm2[r2, i]) * (128 - w) + np.int64(st.apm2[r2, i + 1]) * w) >> 7
-            z[b, j] = min(max(z[b, j] + corr, -st.bound), st.bound)
+            corr = (apm[row, i] * (128 - w) + apm[row, i + 1] * w) >> 7
+            corr += (np.int64(apm2[r2, i]) * (128 - w) + np.int64(apm2[r2, i + 1]) * w) >> 7
+            z[b, j] = min(max(z[b, j] + corr, -bound), bound)
 
 
 @njit(cache=True)
@@ -67,20 +68,21 @@ def update(freqs, y, k, h, st):
     previous byte's): each bucket of the previous byte's row moves against its share of the code
     length's gradient p_j - [j = y] summed over j, each bucket of a (previous byte, j) row against
     j's own share; rounded, and the second table's values kept within +-bound."""
-    nb = st.apm.shape[1]
+    apm, apm2, at, bound, last = st.apm, st.apm2, st.at, st.bound, h.last
+    nb = apm.shape[1]
     acc = np.empty(nb, dtype=np.int64)
     for b in range(k):
-        row = np.int64(h.last[b] & MASK8)
+        row = np.int64(last[b] & MASK8)
         acc[:] = 0
         for j in range(256):
             g = freqs[b, j] - ((np.int64(1) << 24) if j == y[b] else 0)
-            i, w = st.at[b, j] >> 8, st.at[b, j] & 255
+            i, w = at[b, j] >> 8, at[b, j] & 255
             acc[i] += g * (128 - w)
             acc[i + 1] += g * w
             r2 = (row << 8) | j
-            v = np.int64(st.apm2[r2, i]) - ((g * (128 - w) * RATE2 + (np.int64(1) << 28)) >> 29)
-            st.apm2[r2, i] = min(max(v, -st.bound), st.bound)
-            v = np.int64(st.apm2[r2, i + 1]) - ((g * w * RATE2 + (np.int64(1) << 28)) >> 29)
-            st.apm2[r2, i + 1] = min(max(v, -st.bound), st.bound)
+            v = np.int64(apm2[r2, i]) - ((g * (128 - w) * RATE2 + (np.int64(1) << 28)) >> 29)
+            apm2[r2, i] = min(max(v, -bound), bound)
+            v = np.int64(apm2[r2, i + 1]) - ((g * w * RATE2 + (np.int64(1) << 28)) >> 29)
+            apm2[r2, i + 1] = min(max(v, -bound), bound)
         for i in range(nb):
-            st.apm[row, i] -= (acc[i] * RATE + (np.int64(1) << 28)) >> 29
+            apm[row, i] -= (acc[i] * RATE + (np.int64(1) << 28)) >> 29

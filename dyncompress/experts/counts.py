@@ -202,16 +202,16 @@ def predict(b, tab, ctx, ev, m):
     Returns (the next free entry, the highest context seen (0: none; the first n_seen tables, in
     rising order), its confidence: count bucket (COUNT_EDGES) * 2 + whether it saw one byte)."""
     E0, base, ent, n_ent = ev
-    counts, slot = tab.counts, tab.slot
+    counts, slot, log, rows, tagv = tab.counts, tab.slot, tab.log, ctx.rows, ctx.tagv
     n_slots = n_slots_of(slot)
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
-    unseen = tab.log[0]  # a count of 0's evidence
+    unseen = log[0]  # a count of 0's evidence
     order_seen = 0
     top_total = 0
     top_nonzero = 0
     for t in range(ctx.K):
-        row = ctx.rows[b, t]
-        known = row_tag(tab, row) == ctx.tagv[b, t]
+        row = rows[b, t]
+        known = row_tag(tab, row) == tagv[b, t]
         total = 0
         nonzero = 0
         base[b, 1 + t] = unseen  # an unseen byte's evidence, and an entry for each byte seen
@@ -223,7 +223,7 @@ def predict(b, tab, ctx, ev, m):
                     c = np.int64(counts[row, j])
                     ent[b, m, 0] = 1 + t
                     ent[b, m, 1] = j
-                    ent[b, m, 2] = tab.log[c] - unseen
+                    ent[b, m, 2] = log[c] - unseen
                     m += np.int64(c != 0)
                     total += c
                     nonzero += np.int64(c != 0)
@@ -235,7 +235,7 @@ def predict(b, tab, ctx, ev, m):
                     break
                 ent[b, m, 0] = 1 + t
                 ent[b, m, 1] = slot[r, 2 * q]
-                ent[b, m, 2] = tab.log[c] - unseen
+                ent[b, m, 2] = log[c] - unseen
                 m += 1
                 total += c
                 nonzero += 1
@@ -251,7 +251,7 @@ def predict(b, tab, ctx, ev, m):
     base[b, 1 + ctx.K] = 0
     if order_seen > 0:
         ent[b, m, 0] = 1 + ctx.K
-        ent[b, m, 1] = row_recent(tab, ctx.rows[b, order_seen - 1])
+        ent[b, m, 1] = row_recent(tab, rows[b, order_seen - 1])
         ent[b, m, 2] = ONE
         m += 1
     return m, order_seen, conf

@@ -79,12 +79,13 @@ def update(b, y, h, st):
 @njit(cache=True, inline="always")
 def match_length(h, cand, b):
     """How many of the bytes before history index `cand` (at most MATCH_CHECK) equal lane b's last ones."""
-    n = np.int64(1) << h.hb
-    c_lane, c_off = cand >> h.hb, cand & (n - 1)
+    hist, hb, pos = h.hist, h.hb, h.pos[b]
+    n = np.int64(1) << hb
+    c_lane, c_off = cand >> hb, cand & (n - 1)
     length = 0
     for back in range(1, MATCH_CHECK + 1):
-        theirs = h.hist[(c_lane << h.hb) | ((c_off - back) & (n - 1))]
-        ours = h.hist[(np.int64(b) << h.hb) | ((h.pos[b] - back) & (n - 1))]
+        theirs = hist[(c_lane << hb) | ((c_off - back) & (n - 1))]
+        ours = hist[(np.int64(b) << hb) | ((pos - back) & (n - 1))]
         if theirs != ours:
             break
         length += 1
@@ -96,20 +97,21 @@ def find(k, h, st):
     """After every lane's history has moved on: lanes without a match look one up (their own half
     first), then every lane files its position, the lowest last. Every lookup reads the table
     before any lane files."""
-    n = np.int64(1) << h.hb
+    table, mlen, ptr, last, pos, hb = st.table, st.mlen, st.ptr, h.last, h.pos, h.hb
+    n = np.int64(1) << hb
     slots = np.empty((k, 2), dtype=np.int64)  # the shared slot, the lane's own
     cands = np.empty((k, 2), dtype=np.int64)
     key_mask = np.uint64((1 << (8 * MATCH_MIN)) - 1)
     shift = U64 - np.uint64(st.bits)
     size = np.int64(1) << st.bits
     for b in range(k):
-        key = h.last[b] & key_mask
+        key = last[b] & key_mask
         slots[b, 0] = np.int64(mix64(key) >> shift)
-        cands[b, 0] = st.table[slots[b, 0]] - 1
+        cands[b, 0] = table[slots[b, 0]] - 1
         slots[b, 1] = size + np.int64(mix64(key ^ (np.uint64(b + 1) * P2)) >> shift)
-        cands[b, 1] = st.table[slots[b, 1]] - 1
+        cands[b, 1] = table[slots[b, 1]] - 1
     for b in range(k):
-        if st.mlen[b] != 0 or h.pos[b] < MATCH_MIN:
+        if mlen[b] != 0 or pos[b] < MATCH_MIN:
             continue
         for c in range(1, -1, -1):  # the lane's own first
             cand = cands[b, c]
@@ -117,10 +119,10 @@ def find(k, h, st):
                 continue
             length = match_length(h, cand, b)
             if length >= MATCH_MIN:
-                st.mlen[b] = length
-                st.ptr[b] = cand
+                mlen[b] = length
+                ptr[b] = cand
                 break
     for b in range(k - 1, -1, -1):  # the lowest lane files last
-        here = ((np.int64(b) << h.hb) | (h.pos[b] & (n - 1))) + 1
-        st.table[slots[b, 0]] = here
-        st.table[slots[b, 1]] = here
+        here = ((np.int64(b) << hb) | (pos[b] & (n - 1))) + 1
+        table[slots[b, 0]] = here
+        table[slots[b, 1]] = here

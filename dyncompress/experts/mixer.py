@@ -131,18 +131,19 @@ def predict(b, mx, ev, m, sets, out, scratch):
     +-z_bound. scratch: the caller's (weights, weights_slow, common, acc, acc_slow)."""
     z, z_fast, z_slow = out
     weights, weights_slow, common, acc, acc_slow = scratch
+    cls, bound = mx.cls, mx.z_bound
     chosen_weights(b, sets, mx.W, weights)
-    mixed_logits(b, ev, m, mx.cls, weights, common, acc)
+    mixed_logits(b, ev, m, cls, weights, common, acc)
     if mx.two:
         chosen_weights(b, sets, mx.W_slow, weights_slow)
-        mixed_logits(b, ev, m, mx.cls, weights_slow, common, acc_slow)
+        mixed_logits(b, ev, m, cls, weights_slow, common, acc_slow)
         for j in range(256):
-            z_fast[b, j] = min(max(acc[j] >> 16, -mx.z_bound), mx.z_bound)
-            z_slow[b, j] = min(max(acc_slow[j] >> 16, -mx.z_bound), mx.z_bound)
+            z_fast[b, j] = min(max(acc[j] >> 16, -bound), bound)
+            z_slow[b, j] = min(max(acc_slow[j] >> 16, -bound), bound)
             z[b, j] = (z_fast[b, j] + z_slow[b, j]) >> 1
     else:
         for j in range(256):
-            z_fast[b, j] = min(max(acc[j] >> 16, -mx.z_bound), mx.z_bound)
+            z_fast[b, j] = min(max(acc[j] >> 16, -bound), bound)
             z[b, j] = z_fast[b, j]
 
 
@@ -285,19 +286,20 @@ def steps(G, mx, sets, k, s_lo, s_hi):
     `two`). Every set's rows (and their step counts) are its own, so the sets can be stepped in any
     grouping (`step.learn_parts`)."""
     G_fast, G_slow = G
+    updates, lr, lr_start, settle = mx.updates, mx.lr, mx.lr_start, mx.settle
     rate = np.empty(sets.shape, dtype=np.int64)
     for b in range(k):
         for s in range(s_lo, s_hi):
-            rate[b, s] = max(mx.lr, mx.lr_start // (mx.settle + mx.updates[sets[b, s]]))
+            rate[b, s] = max(lr, lr_start // (settle + updates[sets[b, s]]))
     step_rows(G_fast, sets, k, mx.W, rate, mx.w_bound, s_lo, s_hi)
     if mx.two:
         for b in range(k):
             for s in range(s_lo, s_hi):
-                rate[b, s] = max(mx.lr >> 1, (mx.lr_start >> 1) // (mx.settle + mx.updates[sets[b, s]]))
+                rate[b, s] = max(lr >> 1, (lr_start >> 1) // (settle + updates[sets[b, s]]))
         step_rows(G_slow, sets, k, mx.W_slow, rate, mx.w_bound, s_lo, s_hi)
     for b in range(k):
         for s in range(s_lo, s_hi):
-            mx.updates[sets[b, s]] += 1
+            updates[sets[b, s]] += 1
 
 
 @njit(cache=True, inline="always")

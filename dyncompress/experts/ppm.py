@@ -69,7 +69,7 @@ def predict(b, tab, ctx, st, ev, i, m, excl, p):
     same for the bytes its slots hold. excl (256,) bool, p (256,) int64: the caller's scratch (every
     thread its own)."""
     E0, base, ent, n_ent = ev
-    counts, slot, n_dense = tab.counts, tab.slot, tab.n_dense
+    counts, slot, n_dense, rows, tagv = tab.counts, tab.slot, tab.n_dense, ctx.rows, ctx.tagv
     n_slots = n_slots_of(slot)
     for j in range(256):
         excl[j] = False
@@ -77,8 +77,8 @@ def predict(b, tab, ctx, st, ev, i, m, excl, p):
     words = counts.view(np.uint64)  # (rows, 32): eight counts in a word
     left = np.int64(1) << PPM_BITS
     for t in range(st.n_orders - 1, -1, -1):
-        row = ctx.rows[b, t]
-        if row_tag(tab, row) != ctx.tagv[b, t]:
+        row = rows[b, t]
+        if row_tag(tab, row) != tagv[b, t]:
             continue
         n = 0
         d = 0
