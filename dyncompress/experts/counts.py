@@ -23,7 +23,7 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from dyncompress.experts.common import ONE, rounded_logs
 
@@ -179,18 +179,6 @@ def touch(tab, rows, lo, hi):
                 r = row - tab.n_dense
                 total += np.int64(tab.slot[r, 0]) + np.int64(tab.slot[r, tab.slot.shape[1] - 1])
     return total
-
-
-@njit(cache=True, parallel=True)
-def touch_parts(parts, tab, rows):
-    """`touch` in the runs of lanes `step.mix_parts` mixes, each on its thread: every thread brings
-    in the rows it will read itself (one thread for all was slower: the other core then reads them
-    from this one's cache)."""
-    B = rows.shape[0]
-    total = np.zeros(parts, dtype=np.int64)
-    for p in prange(parts):
-        total[p] = touch(tab, rows, p * B // parts, (p + 1) * B // parts)
-    return total.sum()
 
 
 @njit(cache=True, inline="always")
