@@ -16,8 +16,8 @@ from dyncompress.coding.predictor import NoNetwork
 from dyncompress.config.levels import DEFAULT_PRIOR, FAST_EXPERTS, NARROWER, ONLINE_PRIOR, make_settings
 from dyncompress.config.settings import EXPERTS, PRIOR_KINDS, AdaptSettings, MixSettings, Settings
 from dyncompress.experts import counts as tables
-from dyncompress.experts.common import N_KINDS, byte_kind, fine_kind
-from dyncompress.experts.counts import Contexts, Tables
+from dyncompress.experts.common import N_KINDS, byte_kind, fine_kind, rounded_logs
+from dyncompress.experts.counts import Contexts, Tables, log_table
 from dyncompress.experts.mix import (
     KINDS_SET,
     MATCH_EDGES,
@@ -31,12 +31,10 @@ from dyncompress.experts.mix import (
     byte_classes,
     dense_evidence,
     load_prior,
-    log_table,
-    ppm_log_tables,
-    rounded_logs,
     table_bytes,
 )
 from dyncompress.experts.mixer import frequencies as integer_frequencies
+from dyncompress.experts.ppm import ppm_log_tables
 from dyncompress.format.container import FORMAT2_MIX, parse_header
 from dyncompress.network.fixed import checked_tables, frequencies
 

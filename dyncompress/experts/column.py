@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from dyncompress.experts import history
-from dyncompress.experts.common import U8, U16, hashed_row
+from dyncompress.experts.common import U8, U16, hashed_row, no_state, no_update
 
 NAME = "column"
 TABLES = ("column",)
@@ -17,9 +17,7 @@ READS = ("ring", "lines")  # of the history: the line before, where the lines st
 SALT = np.uint64(0x2545F4914F6CDD1D)
 State = tuple  # (none: the history keeps where the lines start)
 
-
-def make(settings, lanes: int, hb: int, used: bool) -> tuple:
-    return ()
+make = no_state
 
 
 @njit(cache=True, inline="always")
@@ -35,6 +33,4 @@ def predict(b, h, st, tab, ctx, t):
     return t + 1
 
 
-@njit(cache=True, inline="always")
-def update(b, y, h, st):
-    """Nothing of its own: the history keeps where the lines start."""
+update = no_update

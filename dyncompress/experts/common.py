@@ -26,6 +26,16 @@ N_KINDS = 9  # `fine_kind`'s kinds
 ONE = 1 << 12  # one nat of evidence (units 2^-12)
 
 
+def no_state(settings, lanes: int, hb: int, used: bool) -> tuple:
+    """`make` of an expert that keeps no state of its own (its `State` is `tuple`)."""
+    return ()
+
+
+@njit(cache=True, inline="always")
+def no_update(b, y, h, st):
+    """`update` of an expert with nothing of its own to move on after a byte."""
+
+
 @njit(cache=True, inline="always")
 def mix64(x):
     """A 64-bit hash of x (uint64): two rounds of xor-shift and multiply."""

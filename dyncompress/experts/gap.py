@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dyncompress.experts.common import MASK16, U8
+from dyncompress.experts.common import MASK16, U8, no_state, no_update
 
 NAME = "gap"
 TABLES = ("gap",)
@@ -13,9 +13,7 @@ SEEN = True  # its table chooses the highest context seen (`counts.Contexts.n_se
 READS = ()  # of the history, beyond the position and the last bytes (`history.History`)
 State = tuple  # (none)
 
-
-def make(settings, lanes: int, hb: int, used: bool) -> tuple:
-    return ()
+make = no_state
 
 
 @njit(cache=True, inline="always")
@@ -26,6 +24,4 @@ def predict(b, h, st, tab, ctx, t):
     return t + 1
 
 
-@njit(cache=True, inline="always")
-def update(b, y, h, st):
-    """Nothing of its own: the history holds its context."""
+update = no_update

@@ -24,10 +24,9 @@ import numpy as np
 
 from dyncompress.config.settings import PRIOR_KINDS, MixSettings
 from dyncompress.experts import apm, column, counts, gap, history, match, orders, ppm, record, step, words, wrap
-from dyncompress.experts.common import N_KINDS, rounded_logs  # noqa: F401  (re-exported)
+from dyncompress.experts.common import N_KINDS
 from dyncompress.experts.counts import log_table
 from dyncompress.experts.mixer import NET_FLOOR
-from dyncompress.experts.ppm import ppm_log_tables
 from dyncompress.network.fixed import ExactnessError, checked_tables
 
 # The registry: every expert by its name in `settings.EXPERTS`, each a module with the same small
@@ -228,7 +227,6 @@ class Experts:
         # deterministic?), the previous byte and the hashes of HASHED_SETS; a seventh (KINDS_SET); an
         # eighth, the state set (MATCH_STATES x (K + 1) x N_KINDS rows).
         self.n_in = 1 + self.K + int(self.K > 0) + int(self.n_ppm > 0) + int(self.use_match)
-        self.ln_mant, self.ln2 = ppm_log_tables()
         n_a, n_b = ROWS_A * (self.K + 1), ROWS_B * (self.K + 1)
         hashed = (*HASHED_SETS, KINDS_SET)
         self.set_salts = np.array([salt for _, salt, _ in hashed], dtype=np.uint64)

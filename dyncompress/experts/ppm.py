@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from dyncompress.experts.common import floor_div, rounded_logs
+from dyncompress.experts.common import floor_div, no_update, rounded_logs
 from dyncompress.experts.counts import n_slots_of, row_tag
 from dyncompress.experts.mixer import NET_FLOOR
 from dyncompress.experts.orders import ORDERS
@@ -137,6 +137,4 @@ def predict(b, tab, ctx, st, ev, i, m, excl, p):
     return m
 
 
-@njit(cache=True, inline="always")
-def update(b, y, h, st):
-    """Nothing of its own: it reads the order tables."""
+update = no_update  # (nothing of its own: it reads the history / the order tables)

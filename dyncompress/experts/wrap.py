@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from dyncompress.experts import history
-from dyncompress.experts.common import MASK8, U8, U16, byte_kind, hashed_row
+from dyncompress.experts.common import MASK8, U8, U16, byte_kind, hashed_row, no_state, no_update
 
 NAME = "wrap"
 TABLES = ("wrap",)
@@ -16,9 +16,7 @@ READS = ("lines",)  # of the history: where the line starts
 SALT = np.uint64(0x94D049BB133111EB)
 State = tuple  # (none: the history keeps where the lines start)
 
-
-def make(settings, lanes: int, hb: int, used: bool) -> tuple:
-    return ()
+make = no_state
 
 
 @njit(cache=True, inline="always")
@@ -32,6 +30,4 @@ def predict(b, h, st, tab, ctx, t):
     return t + 1
 
 
-@njit(cache=True, inline="always")
-def update(b, y, h, st):
-    """Nothing of its own: the history keeps where the lines start."""
+update = no_update
