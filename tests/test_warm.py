@@ -47,19 +47,21 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     (tmp_path / "dyncompress").mkdir()
     (tmp_path / "dyncompress" / "__init__.py").write_text("")
     (tmp_path / "dyncompress" / "warm.py").write_text("open('DECOY', 'w')\ndef main(kind): pass\n")
-    r = _command("encode", "--fast", "--lanes", "64", src, cwd=tmp_path, env=env)  # (the child's lanes)
+    # (the child's lanes; one thread: the child compiles for the command's count, and one compiles
+    # half of what two do, where the split kernels come in)
+    r = _command("encode", "--fast", "--lanes", "64", "-T", "1", src, cwd=tmp_path, env=env)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     assert not (tmp_path / "DECOY").exists()
     # the child compiled the fast level's kernels into numba's cache and left the stamp
-    assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
+    assert [s.endswith("-fast-T1.compiled") for s in _stamps(cache)] == [True]
     compiled = _cached_kernels(cache)
     assert any(name.startswith("step.mix_step") for name in compiled), compiled
     (tmp_path / "xargs.1").rename(tmp_path / "original")
     # the decode reads the way the file was coded in its header: the fast level's, compiled
-    r = run_cli("decode", tmp_path / "xargs.1.dc", env=env)
+    r = run_cli("decode", "-T", "1", tmp_path / "xargs.1.dc", env=env)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     assert (tmp_path / "xargs.1").read_bytes() == corpus("xargs.1")
-    assert [s.endswith("-fast.compiled") for s in _stamps(cache)] == [True]
+    assert [s.endswith("-fast-T1.compiled") for s in _stamps(cache)] == [True]
     assert _cached_kernels(cache) == compiled  # nothing left to compile
 
 
@@ -77,11 +79,12 @@ def test_dyncompress_compile_ahead_0_starts_no_child(tmp_path, monkeypatch):
     assert warm.compile_ahead("no-such-kind", notice=False) == "skipped" and _stamps(tmp_path) == []
 
 
-def test_the_stamp_names_the_kind_and_the_cpu_numba_compiles_for(tmp_path, monkeypatch):
+def test_the_stamp_names_the_kind_the_thread_count_and_the_cpu_numba_compiles_for(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
     fast, model = warm.stamp_path("fast"), warm.stamp_path("model")
     assert os.path.dirname(fast) == str(tmp_path) and fast != model
+    assert len({fast, warm.stamp_path("fast", 1), warm.stamp_path("fast", 2)}) == 3  # (1, 2: a command's -T)
     monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
     assert warm.stamp_path("fast") != fast
 

@@ -238,7 +238,7 @@ def encode(
         online = True  # no model
     elif not online and "hidden" in knobs and not model:
         raise click.UsageError("--hidden sets the network of online mode; add --online")
-    _compile_ahead(opts, ["fast" if fast else "online" if online else "model"])
+    _compile_ahead(opts, ["fast" if fast else "online" if online else "model"], knobs.get("threads"))
     with loading():
         from dyncompress.api import Compressor, resolve_model
 
@@ -351,14 +351,14 @@ def _encoded_name(path: str) -> str:
     return parse_source(path).stem + SUFFIX
 
 
-def _compile_ahead(opts: Options, kinds) -> None:
-    """The kernels for these ways of coding (`warm.KINDS`) compiled in a child process on the first
-    run after an install, before this process loads torch: its peak memory stays that of a run with
-    the kernels cached."""
+def _compile_ahead(opts: Options, kinds, threads: int | None) -> None:
+    """The kernels for these ways of coding (`warm.KINDS`) at `threads` (--threads; None: the default)
+    compiled in a child process on the first run after an install, before this process loads torch:
+    its peak memory stays that of a run with the kernels cached."""
     from dyncompress.coding.warm import compile_ahead
 
     for kind in kinds:
-        compile_ahead(kind, notice=opts.verbosity >= 1 and sys.stderr.isatty())
+        compile_ahead(kind, notice=opts.verbosity >= 1 and sys.stderr.isatty(), threads=threads)
 
 
 def _decode_files(
@@ -374,7 +374,7 @@ def _decode_files(
 ) -> None:
     from dyncompress.coding.warm import file_kind
 
-    _compile_ahead(opts, sorted({file_kind(p) for p in files if os.path.isfile(p)} - {None}))
+    _compile_ahead(opts, sorted({file_kind(p) for p in files if os.path.isfile(p)} - {None}), threads)
     if model is not None:
         with loading():
             from dyncompress.api import resolve_model

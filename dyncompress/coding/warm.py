@@ -8,7 +8,7 @@ first `dyncompress encode` of enwik6 peaked at 1,161 MB, every later one at 925 
 the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
 it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
-small tables, in as many lanes as a large input has, at the default thread count), numba compiles
+small tables, in as many lanes as a large input has, at the command's thread count), numba compiles
 every kernel that path calls and writes it to its cache, and the child's memory goes back when it
 exits. The command then loads the kernels from the cache.
 
@@ -40,7 +40,7 @@ SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
 # that its working directory would put first on sys.path (a source tree beside an installed copy)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ROOT = os.path.dirname(_PACKAGE)
-CHILD = "import sys; sys.path.insert(0, {root!r}); from dyncompress.coding.warm import main; main({kind!r})"
+CHILD = "import sys; sys.path.insert(0, {root!r}); import dyncompress.coding.warm as w; w.main({kind!r}, {threads!r})"
 NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
 
 
@@ -65,8 +65,9 @@ def _folder() -> str | None:
     return None
 
 
-def stamp_path(kind: str) -> str | None:
-    """The stamp that says this installation's kernels for `kind` are compiled (None: no place for one)."""
+def stamp_path(kind: str, threads: int | None = None) -> str | None:
+    """The stamp that says this installation's kernels for `kind` at `threads` (None: the default count)
+    are compiled (None: no place for one)."""
     folder = _folder()
     if folder is None:
         return None
@@ -76,12 +77,14 @@ def stamp_path(kind: str) -> str | None:
     parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
     parts.append(kernel_cache.sources_stamp().hex())  # the key numba's cache of the kernels has
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
-    return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}.compiled")
+    count = "" if threads is None else f"-T{threads}"
+    return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}{count}.compiled")
 
 
-def compile_ahead(kind: str, notice: bool) -> str:
-    """Compile the kernels for `kind` in a child process unless the stamp says it was done (`notice`:
-    say so on stderr while it runs): "compiled", "failed" (the command compiles what it needs, as
+def compile_ahead(kind: str, notice: bool, threads: int | None = None) -> str:
+    """Compile the kernels for `kind` at `threads` (the command's --threads; None: the default count,
+    whose kernels differ: several threads call the split ones) in a child process unless the stamp says
+    it was done (`notice`: say so on stderr while it runs): "compiled", "failed" (the command compiles what it needs, as
     without this module) or "skipped". Ctrl-C stops the child too, and leaves no stamp; a child that
     failed otherwise leaves one all the same, so that a failure that would repeat (a machine short
     of memory, a missing default model) does not cost every later command a child's start."""
@@ -90,7 +93,7 @@ def compile_ahead(kind: str, notice: bool) -> str:
     if environment.get("DYNCOMPRESS_COMPILE_AHEAD", "1") == "0":  # (no child: the command compiles, as before)
         return "skipped"
     try:
-        stamp = stamp_path(kind)
+        stamp = stamp_path(kind, threads)
     except OSError:
         return "skipped"
     if stamp is None or os.path.exists(stamp):
@@ -99,7 +102,7 @@ def compile_ahead(kind: str, notice: bool) -> str:
         print(NOTICE, file=sys.stderr, flush=True)
     try:
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD.format(root=_ROOT, kind=kind)],
+            [sys.executable, "-c", CHILD.format(root=_ROOT, kind=kind, threads=threads)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -138,18 +141,19 @@ def file_kind(path: str) -> str | None:
         return None
 
 
-def compile_kernels(kind: str) -> None:
-    """Call every compiled kernel that one way of coding (KINDS) calls: tiny runs of the real code path."""
+def compile_kernels(kind: str, threads: int | None = None) -> None:
+    """Call every compiled kernel that one way of coding (KINDS) at `threads` (None: the default count)
+    calls: tiny runs of the real code path."""
     from dyncompress.coding.codec import fingerprint
     from dyncompress.config.levels import DEFAULT_MODEL, default_threads, make_settings
     from dyncompress.config.model import find
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
     knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})
-    fingerprint(make_settings(threads=default_threads(), **knobs, **SMALL_TABLES), model)
+    fingerprint(make_settings(threads=threads or default_threads(), **knobs, **SMALL_TABLES), model)
 
 
-def main(kind: str) -> None:
+def main(kind: str, threads: int | None = None) -> None:
     if kind not in KINDS:
         sys.exit(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
-    compile_kernels(kind)
+    compile_kernels(kind, threads)
