@@ -1,6 +1,9 @@
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -224,6 +227,102 @@ class _Zygote:
 @pytest.fixture
 def small():
     return dict(SMALL)
+
+
+# Other kernels than the machine's best: torch's generic ones, MKL at SSE4.2, and the experts' compiled
+# code for a generic x86-64 (numba), with a numba cache of this session's own. The portability tests
+# code under them (test_cli), each case of CROSS_CASES one way or both (the golden files are
+# re-encoded under other kernels in test_golden).
+PORTABLE_CACHE = tempfile.mkdtemp(prefix="dyncompress-generic-")
+PORTABLE_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+    "NUMBA_CPU_NAME": "generic",
+    "NUMBA_CACHE_DIR": PORTABLE_CACHE,
+}
+CROSS_CASES = {
+    "online -9": ["--online", "-9"],
+    "model, -T 2": ["--lanes", "3", "-T", "2"],
+    "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
+    "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
+    "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
+    "fast, -T 2": ["--fast", "-T", "2"],
+}
+
+
+def cross_input(case: str) -> bytes:
+    """What a portability test codes in `case` (-9: the largest network, the shortest text)."""
+    return corpus("alice29.txt")[20000 : 20700 if "-9" in case else 22500]
+
+
+# The generic kernels are compiled by a process that the session starts when it will run a
+# portability test (`portable_kernels`): it codes every case of CROSS_CASES both ways under them,
+# into their cache, on the other core while the first tests compile the machine's own kernels. The
+# tests then decode under kernels compiled for a generic CPU all the same; a kernel the warm-up
+# missed (or a warm-up that failed: its log is in the cache folder) they compile themselves.
+_WARM_UP = r"""
+import json, os, sys, tempfile
+from dyncompress.cli.main import main
+folder = tempfile.mkdtemp(dir=sys.argv[1])
+for i, (args, data) in enumerate(json.loads(sys.stdin.read())):
+    src, packed, out = (os.path.join(folder, f"{i}.{ext}") for ext in ("txt", "dc", "out"))
+    with open(src, "wb") as f:
+        f.write(data.encode("latin-1"))
+    for command in (["encode", *args, "-f", "-o", packed, src], ["decode", "-T", "1", "-f", "-o", out, packed]):
+        try:
+            main(command, standalone_mode=False)
+        except BaseException as e:
+            print(command, repr(e), file=sys.stderr, flush=True)
+"""
+
+
+class _PortableWarmUp:
+    proc: "subprocess.Popen | None" = None
+
+    @classmethod
+    def start(cls) -> None:
+        cases = [(args, cross_input(case).decode("latin-1")) for case, args in CROSS_CASES.items()]
+        with open(os.path.join(PORTABLE_CACHE, "warm-up.log"), "wb") as log:
+            cls.proc = subprocess.Popen(
+                [sys.executable, "-c", _WARM_UP, PORTABLE_CACHE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=dict(os.environ, **PORTABLE_KERNELS),
+            )
+        cls.proc.stdin.write(json.dumps(cases).encode())
+        cls.proc.stdin.close()
+
+    @classmethod
+    def wait(cls) -> None:
+        if cls.proc is not None:
+            try:
+                cls.proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                cls.proc.kill()
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.proc is not None and cls.proc.poll() is None:
+            cls.proc.kill()
+            cls.proc.wait()
+
+
+@pytest.fixture
+def portable_kernels() -> dict[str, str]:
+    """PORTABLE_KERNELS, once the session's warm-up under them has ended."""
+    _PortableWarmUp.wait()
+    return dict(PORTABLE_KERNELS)
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    if any("portable_kernels" in getattr(item, "fixturenames", ()) for item in items):
+        _PortableWarmUp.start()
+
+
+def pytest_unconfigure(config) -> None:
+    _PortableWarmUp.stop()
+    shutil.rmtree(PORTABLE_CACHE, ignore_errors=True)
 
 
 TINY = TrainConfig(hidden=24, batch=8, bptt=32, steps=60, lr=1e-2, warmup=5, valid_bytes=8000, eval_every=30)

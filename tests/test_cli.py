@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, corpus, run_cli
+from conftest import CROSS_CASES, SMALL, corpus, cross_input, run_cli
 from dyncompress import compress, decompress
 from dyncompress.config.levels import FAST_EXPERTS
 
@@ -304,18 +304,6 @@ def test_module_and_version():
     assert r.returncode == 0 and r.stdout.startswith(b"dyncompress")
 
 
-# torch's generic kernels, MKL at SSE4.2, and the experts' compiled code for a generic x86-64 (numba)
-PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "NUMBA_CPU_NAME": "generic"}
-CROSS_CASES = {  # (the golden files are re-encoded under these kernels in test_golden)
-    "online -9": ["--online", "-9"],
-    "model, -T 2": ["--lanes", "3", "-T", "2"],
-    "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
-    "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
-    "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
-    "fast, -T 2": ["--fast", "-T", "2"],
-}
-
-
 # Every case one way; the two cheapest the other way too (each run is two fresh processes).
 CROSS_RUNS = [("portable -> best", case) for case in CROSS_CASES] + [
     ("best -> portable", case) for case in ("model, -T 2", "online, rms-decay", "model, LoRA + TLM")
@@ -323,14 +311,14 @@ CROSS_RUNS = [("portable -> best", case) for case in CROSS_CASES] + [
 
 
 @pytest.mark.parametrize("direction,case", CROSS_RUNS)
-def test_files_decode_exactly_under_other_cpu_kernels_and_thread_counts(tmp_path, case, direction):
+def test_files_decode_exactly_under_other_cpu_kernels_and_thread_counts(tmp_path, case, direction, portable_kernels):
     """Encoded with ATen's generic kernels, MKL limited to SSE4.2 and the experts compiled for a
     generic CPU, decoded with the machine's best kernels (AVX2 / AVX-512) and one thread, and the
     reverse: the same bytes."""
-    data = corpus("alice29.txt")[20000 : 20700 if "-9" in case else 22500]  # -9: the largest network
+    data = cross_input(case)
     src = tmp_path / "alice"
     src.write_bytes(data)
-    enc_env, dec_env = (PORTABLE_KERNELS, {}) if direction.startswith("portable") else ({}, PORTABLE_KERNELS)
+    enc_env, dec_env = (portable_kernels, {}) if direction.startswith("portable") else ({}, portable_kernels)
     r = run_cli("encode", *CROSS_CASES[case], "-c", src, env=enc_env)
     assert r.returncode == 0, r.stderr
     packed = tmp_path / "alice.dc"
