@@ -184,7 +184,8 @@ def test_online_and_model_contradict(tmp_path):
 
 
 def test_default_model_is_found_by_a_non_editable_install(tmp_path):
-    """`pip install .` (a copy, not the source tree) must carry the default model with it."""
+    """`pip install .` (a copy, not the source tree) must carry the default model, every module and
+    every data file with it, and code from where it is."""
     target = tmp_path / "site"
     r = subprocess.run(
         # no build isolation, no index: the build uses this environment's setuptools (a test extra)
@@ -194,6 +195,12 @@ def test_default_model_is_found_by_a_non_editable_install(tmp_path):
         timeout=600,
     )
     assert r.returncode == 0, r.stderr.decode()[-2000:]
+    # every module and data file of the source tree, where the package finds it
+    wanted = {p.relative_to(ROOT) for p in (ROOT / "dyncompress").rglob("*") if p.suffix in (".py", ".npz")}
+    wanted |= {Path("dyncompress/models") / p.name for p in (ROOT / "models").glob("*") if p.suffix in (".dcm", ".md")}
+    wanted |= {Path("dyncompress/corpora") / p.name for p in (ROOT / "corpora" / "manifests").glob("*.json")}
+    missing = sorted(str(p) for p in wanted if not (target / p).is_file())
+    assert not missing and any(p.suffix == ".dcm" for p in wanted), missing
     elsewhere = tmp_path / "work"
     elsewhere.mkdir()
     text = elsewhere / "grammar.lsp"
@@ -208,10 +215,25 @@ def test_default_model_is_found_by_a_non_editable_install(tmp_path):
     assert where.stdout.decode().startswith(str(target))  # the installed copy, not the source tree
     r = run("-m", "dyncompress", "models")
     assert r.returncode == 0 and f"{DEFAULT_MODEL} (default)".encode() in r.stdout
-    r = run("-m", "dyncompress", "encode", "--device", "cpu", "grammar.lsp")
+    # what a coding with the default model loads: the model, the mixer priors, the network's tables
+    loads = """if True:
+        import numpy as np
+        from importlib import resources
+        from dyncompress.api import resolve_model
+        from dyncompress.config.levels import DEFAULT_MODEL
+        from dyncompress.experts.mix import PRIOR_SHA256, prior_sha256
+        from dyncompress.network.fixed import checked_tables
+        checked_tables()
+        for name, sha in PRIOR_SHA256.items():
+            with np.load(str(resources.files("dyncompress.experts") / f"prior_{name}.npz")) as npz:
+                assert prior_sha256(npz["W"], npz["W_slow"], npz["updates"]) == sha, name
+        print(resolve_model(DEFAULT_MODEL).name, len(PRIOR_SHA256))
+    """
+    r = run("-c", loads)
+    assert r.returncode == 0 and r.stdout.split() == [DEFAULT_MODEL.encode(), b"4"], r.stderr
+    # a round trip from the installed copy (the fast level on one thread: its kernels compile there)
+    r = run("-m", "dyncompress", "encode", "--fast", "-T", "1", "grammar.lsp")
     assert r.returncode == 0, r.stderr
-    meta = parse_header((elsewhere / "grammar.lsp.dc").read_bytes())[0]
-    assert meta["model"]["name"] == DEFAULT_MODEL
     (elsewhere / "grammar.lsp").unlink()
-    r = run("-m", "dyncompress", "decode", "grammar.lsp.dc")
+    r = run("-m", "dyncompress", "decode", "-T", "1", "grammar.lsp.dc")
     assert r.returncode == 0 and (elsewhere / "grammar.lsp").read_bytes() == corpus("grammar.lsp")

@@ -1,6 +1,6 @@
 """A step's lanes split over threads: the network's step and backward and the mixer run each run
 of lanes on a core of its own (`step_kernels.forward_parts`, `backward_parts`,
-`mix_kernels.mix_parts`), through numba's OpenMP threading layer.
+`experts.step.mix_parts`), through numba's OpenMP threading layer.
 
 The threads of a split meet at a barrier several times every byte position. That pays only while
 every one of them has a core: on a machine where other work runs, a thread waits (spinning, as

@@ -1,9 +1,8 @@
 """The first run after an install compiles numba's kernels in a child process, not in the command.
 
-numba compiles the kernels (`mix_kernels`, `step_kernels`, `update_kernels`) on their first call
+numba compiles the kernels (`experts`, `network.step_kernels`, `network.update_kernels`) on their first call
 and keeps them in its cache. Compiling costs memory that the process keeps afterwards (LLVM's
-modules stay alive with the functions they made, and the heap it freed is not given back): the
-first `dyncompress encode` of enwik6 peaked at 1,161 MB, every later one at 925 MB. So `encode`,
+modules stay alive with the functions they made, and the heap it freed is not given back). So `encode`,
 `decode` and `test` first look for a stamp that says this installation's kernels are compiled for
 the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
 it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dyncompress.config.settings import (
-    EXPERTS,
+    DEFAULT_EXPERTS,
     MIX_PRIORS,
     PRIOR_KINDS,
     AdaptSettings,
@@ -43,16 +43,16 @@ NINE_TABLE_BITS = 20
 # lanes and segment length. `auto`'s online start keeps segments of 32 (`auto.ONLINE`). -1 also runs
 # the statistics as the fast level does (LIGHT: no APM, one mixer, one class, each context in its own
 # row), at its own mix_lr.
-LIGHT = dict(experts=",".join(name for name in EXPERTS if name != "apm"), mixers=1, classes=1, ways=1)
+LIGHT = dict(experts=DEFAULT_EXPERTS.replace(",apm", ""), mixers=1, classes=1, ways=1)
 LEVELS: dict[int, dict] = {
     1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),
-    2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),  # 38.9 kB/s, 1.7938
+    2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),
     3: dict(hidden=96, lanes=32, segment_len=64, lr=3e-3),
-    4: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),  # 39.3 kB/s, 1.7896
+    4: dict(hidden=96, lanes=16, segment_len=64, lr=3e-3),
     5: dict(hidden=96, lanes=16, segment_len=32, lr=3e-3),
-    6: dict(hidden=128, lanes=16, segment_len=64, lr=3e-3),  # 37.7 kB/s, 1.7867
+    6: dict(hidden=128, lanes=16, segment_len=64, lr=3e-3),
     7: dict(hidden=192, lanes=16, segment_len=32, lr=2e-3),
-    8: dict(hidden=384, lanes=16, segment_len=32, lr=1e-3),  # 10.0 kB/s, 1.7724
+    8: dict(hidden=384, lanes=16, segment_len=32, lr=1e-3),
     9: dict(hidden=512, lanes=8, segment_len=32, lr=1e-3, table_bits=NINE_TABLE_BITS),
 }
 DEFAULT_LEVEL = 6
@@ -128,9 +128,7 @@ def lanes_for_size(lanes: int, size: int, lane_bytes: int = MIN_LANE_BYTES) -> i
 def tables_for_size(mix: MixSettings, size: int) -> dict:
     """Smaller tables for a small input: about as many rows and match slots as it has bytes (at
     least 2^12; four times as many rows of slots, a quarter the size of rows of counts) and twice
-    its size of history; its contexts still fit, and it touches fewer pages of memory. (Four times
-    the rows: 111 kB of Portuguese 2.1123 -> 2.1085 bits per byte, 140 kB of German 1.9534 ->
-    1.9508.)"""
+    its size of history; its contexts still fit, and it touches fewer pages of memory."""
     bits = size.bit_length()
     return {
         "table_bits": max(12, min(mix.table_bits, bits + 2)),

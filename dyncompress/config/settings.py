@@ -113,13 +113,16 @@ class AdaptSettings:
         return bool(self.sparse or self.lora)
 
 
+# Every expert this version knows (`experts.mix.MODULES`), by the name `--experts` takes; a new one
+# comes last. The levels run DEFAULT_EXPERTS, spelled out: an expert that joins EXPERTS changes no
+# level's bits until a level turns it on (with a mixer prior made for it, in a new format).
 EXPERTS = ("orders", "word", "gap", "match", "ppm", "apm", "record", "column", "wrap")
-ALL_EXPERTS = ",".join(EXPERTS)
+DEFAULT_EXPERTS = "orders,word,gap,match,ppm,apm,record,column,wrap"
 # The mixer's starting weights learned on text (`mix.load_prior`), by name: the experts each was made
 # for (its rows have their shape). A pretrained model's coding starts from `levels.DEFAULT_PRIOR` where
-# the experts are these, online mode's from `levels.ONLINE_PRIOR`; the fast level (no network) and other experts
-# start from the hand-set weights (`mix.Experts`).
-MIX_PRIORS = {"text4": ALL_EXPERTS, "online2": ALL_EXPERTS, "text5": ALL_EXPERTS, "text6": ALL_EXPERTS}
+# the experts are these, online mode's from `levels.ONLINE_PRIOR`; the fast level (no network) and
+# other experts start from the hand-set weights (`mix.Experts`).
+MIX_PRIORS = {"text4": DEFAULT_EXPERTS, "online2": DEFAULT_EXPERTS, "text5": DEFAULT_EXPERTS, "text6": DEFAULT_EXPERTS}
 # Priors that hold the rows of the kinds and state sets too (made with them), by name: the `kinds` they
 # were made with; a coding with other kinds starts from `levels.NARROWER[name]` instead, whose rows end
 # before the kinds set (the rows after start at zero).
@@ -131,7 +134,7 @@ class MixSettings:
     """The exact byte statistics mixed with the network (`mix.Experts`); no experts is the network
     alone, as format 2 coded."""
 
-    experts: str = ALL_EXPERTS  # comma-separated names from EXPERTS, or "" for none
+    experts: str = DEFAULT_EXPERTS  # comma-separated names from EXPERTS (in its order), or "" for none
     table_bits: int = 19  # rows of each hashed context table: 2^table_bits
     history_bits: int = 23  # bytes of history the match model keeps, all lanes together
     # the match table's slots: 2^match_bits shared by all lanes, and as many where every lane files
@@ -141,7 +144,7 @@ class MixSettings:
     # a hashed context's row: this many (byte, count) pairs. 30 slots and 2^19 rows keep the
     # default's tables under 256 MB
     slots: int = 30
-    # the rows a hashed context may take (`mix_kernels.choose_rows`): the `ways` rows of its aligned
+    # the rows a hashed context may take (`counts.choose_rows`): the `ways` rows of its aligned
     # group; a new context takes the one whose counts sum least (1: its own: faster, `LIGHT`); a row
     # that starts afresh halves the group's other rows' counts (`count_bytes`)
     ways: int = 4
@@ -159,7 +162,7 @@ class MixSettings:
     classes: int = 7
     # the mixer's seventh weight set, chosen by the kinds of the last `kinds` bytes (space, small letter,
     # capital, UTF-8 lead or continuation byte, digit, line end, control, punctuation:
-    # `mix_kernels.fine_kind`). Its rows start at zero where a prior lacks them, as the eighth set's do
+    # `common.fine_kind`). Its rows start at zero where a prior lacks them, as the eighth set's do
     # (a row for every match state, highest order seen and kind of the last byte: `mix`)
     kinds: int = 7
     prior: str = ""  # the mixer's starting weights: a name from MIX_PRIORS, or "" for the hand-set ones

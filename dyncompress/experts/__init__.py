@@ -30,17 +30,23 @@ Every expert module exposes the same interface (`tests/test_experts.py` checks i
 
 No kernel takes more than about a dozen arguments: the state travels in the records.
 
-Adding an expert (the steps `wrap`, the last one moved over, follows):
+Adding an expert (the steps `wrap`, the last one moved over, follows; docs/lab/code-notes.md
+records the replay that checks them):
   1. A module `experts/NAME.py` with the interface above (`wrap.py` is a context expert's
      smallest form); numba's cache covers it by itself (`kernel_cache.EXPERT_KERNELS`).
-  2. Its name in `config.settings.EXPERTS` (and a line of `--experts`' help in `cli/base.py`).
+  2. Its name last in `config.settings.EXPERTS` (and a line of `--experts`' help in `cli/base.py`,
+     its name among docs/FORMAT.md's `experts`). The levels run `settings.DEFAULT_EXPERTS`, spelled
+     out, and the mixer priors name the experts they were made for: no level's bits change, and
+     `--experts` turns the new one on.
   3. The registry: the module in `mix.MODULES`, and a context expert in `mix.CONTEXTS` at its
-     tables' place.
+     tables' place (those that choose the highest context seen, `SEEN`, first).
   4. In `step`: a field of `Use` under its name, its `predict` in `contexts` (a context expert) or
      `mix_step`, its `update` in `advance` where it keeps state, and its record in `EXPERT_STATES`
      where it has one.
   5. Its tests: its contexts or evidence on real text against what the docstring says, a round
-     trip with it on, and bits saved with it against without (`tests/test_mix.py`).
-A new expert changes the coded bits of every level that turns it on: a new format, and the payload
-records (`tests/golden/payloads.json`) made anew.
+     trip with it on, and bits saved with it against without (`tests/test_mix.py`); its name in
+     `tests/test_experts.py`'s order of the count tables.
+Turning it on in a level is a change of its own: `DEFAULT_EXPERTS` (or the level's experts), a
+mixer prior made for the new set (`tools/mixer_prior.py`), a new format, and the payload records
+(`tests/golden/payloads.json`) made anew.
 """

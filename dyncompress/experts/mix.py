@@ -163,7 +163,7 @@ def table_names(*used: bool) -> list[str]:
 
 
 def dense_evidence(ev: tuple, b: int) -> np.ndarray:
-    """Lane b's evidence (n_in, 256) from the sparse form `mix_kernels.mix_step` leaves (for
+    """Lane b's evidence (n_in, 256) from the sparse form `step.mix_step` leaves (for
     inspection: the kernels read the sparse form)."""
     E0, base, ent, n_ent = ev
     out = np.repeat(base[b][:, None], 256, axis=1)
