@@ -1,9 +1,9 @@
 """The first run after an install compiles numba's kernels in a child process, not in the command.
 
-numba compiles the kernels (`experts`, `network.step_kernels`, `network.update_kernels`) on their first call
-and keeps them in its cache. Compiling costs memory that the process keeps afterwards (LLVM's
-modules stay alive with the functions they made, and the heap it freed is not given back). So `encode`,
-`decode` and `test` first look for a stamp that says this installation's kernels are compiled for
+numba compiles the kernels (`experts`, `network.step_kernels`, `network.update_kernels`) on their
+first call and keeps them in its cache. Compiling costs memory that the process keeps afterwards
+(LLVM's modules stay alive with the functions they made, and the heap it freed is not given back).
+So `encode`, `decode` and `test` first look for a stamp that says this installation's kernels are compiled for
 the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
 it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
@@ -65,8 +65,11 @@ def _folder() -> str | None:
 
 
 def stamp_path(kind: str, threads: int | None = None) -> str | None:
-    """The stamp that says this installation's kernels for `kind` at `threads` (None: the default count)
-    are compiled (None: no place for one)."""
+    """The stamp that says this installation's kernels for `kind` at `threads` (None: the default
+    count; a stamp names the count a command codes with, whichever way it was given) are compiled
+    (None: no place for one)."""
+    from dyncompress.config.levels import default_threads
+
     folder = _folder()
     if folder is None:
         return None
@@ -76,17 +79,17 @@ def stamp_path(kind: str, threads: int | None = None) -> str | None:
     parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
     parts.append(kernel_cache.sources_stamp().hex())  # the key numba's cache of the kernels has
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
-    count = "" if threads is None else f"-T{threads}"
-    return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}{count}.compiled")
+    return os.path.join(folder, f"dyncompress-kernels-{key}-{kind}-T{threads or default_threads()}.compiled")
 
 
 def compile_ahead(kind: str, notice: bool, threads: int | None = None) -> str:
-    """Compile the kernels for `kind` at `threads` (the command's --threads; None: the default count,
-    whose kernels differ: several threads call the split ones) in a child process unless the stamp says
-    it was done (`notice`: say so on stderr while it runs): "compiled", "failed" (the command compiles what it needs, as
-    without this module) or "skipped". Ctrl-C stops the child too, and leaves no stamp; a child that
-    failed otherwise leaves one all the same, so that a failure that would repeat (a machine short
-    of memory, a missing default model) does not cost every later command a child's start."""
+    """Compile the kernels for `kind` at `threads` (the command's --threads, None: the default count;
+    several threads call the split kernels, one does not) in a child process unless the stamp says
+    it was done (`notice`: say so on stderr while it runs): "compiled", "failed" (the command
+    compiles what it needs, as without this module) or "skipped". Ctrl-C stops the child too, and
+    leaves no stamp; a child that failed otherwise leaves one all the same, so that a failure that
+    would repeat (a machine short of memory, a missing default model) does not cost every later
+    command a child's start."""
     if environment.get("NUMBA_DISABLE_JIT", "0") not in ("", "0") or not sys.executable:
         return "skipped"
     if environment.get("DYNCOMPRESS_COMPILE_AHEAD", "1") == "0":  # (no child: the command compiles, as before)

@@ -43,7 +43,7 @@ NINE_TABLE_BITS = 20
 # lanes and segment length. `auto`'s online start keeps segments of 32 (`auto.ONLINE`). -1 also runs
 # the statistics as the fast level does (LIGHT: no APM, one mixer, one class, each context in its own
 # row), at its own mix_lr.
-LIGHT = dict(experts=DEFAULT_EXPERTS.replace(",apm", ""), mixers=1, classes=1, ways=1)
+LIGHT = dict(experts=",".join(n for n in DEFAULT_EXPERTS.split(",") if n != "apm"), mixers=1, classes=1, ways=1)
 LEVELS: dict[int, dict] = {
     1: dict(hidden=64, lanes=32, segment_len=64, lr=4e-3, **LIGHT),
     2: dict(hidden=64, lanes=16, segment_len=64, lr=4e-3),

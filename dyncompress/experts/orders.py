@@ -46,4 +46,4 @@ def predict(b, h, st, tab, ctx, t):
     return t
 
 
-update = no_update  # (nothing of its own: it reads the history / the order tables)
+update = no_update  # (nothing of its own: its contexts are the history's last bytes)

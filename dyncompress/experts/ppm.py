@@ -137,4 +137,4 @@ def predict(b, tab, ctx, st, ev, i, m, excl, p):
     return m
 
 
-update = no_update  # (nothing of its own: it reads the history / the order tables)
+update = no_update  # (nothing of its own: it reads the order tables)

@@ -104,8 +104,8 @@ class FusedAdam:
     The same kernel with the same arguments, hence the same bits as the optimizer object (the
     golden online-mode files hold it to that), without the optimizer object itself, whose
     construction imports torch._dynamo (about 800 modules) in every process that codes in online
-    mode. The state
-    (step count, first and second moments) is created at the first step, as the optimizer does.
+    mode. The state (step count, first and second moments) is created at the first step, as the
+    optimizer does.
     """
 
     def __init__(self, theta: torch.Tensor, lr: float, betas: tuple[float, float], eps: float, half: int = 0) -> None:

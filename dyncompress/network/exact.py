@@ -226,7 +226,7 @@ class ExactMLSTM(CarriedState):
         gz = self.np_const[2]
         logits = np.empty((len(x), ALPHABET))
         lanes = (inputs, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, self.np_LP[t])
-        weights, consts = self.step_records()
+        weights, consts = self.step_records
         if self.parts > 1:
             step_kernels.forward_parts(self.parts, lanes, weights, consts)
         else:
@@ -234,21 +234,18 @@ class ExactMLSTM(CarriedState):
         return logits
 
     @functools.cached_property
-    def _step_records(self) -> tuple[tuple, tuple]:
-        table_in, gate_in, _, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
-        weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t)
-        consts = (
-            lo, hi, table, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A, P_MAX,
-        )  # fmt: skip
-        return weights, consts
-
     def step_records(self) -> tuple[tuple, tuple]:
         """The step's weights and constants as `step_kernels.forward` and `cell` take them, made once
         (arrays the step's buffers and weight copies are written into in place): the input table,
         the gates' input weights, the transposed matrices, the output bias, the LoRA factors; the
         gates' index bounds and table, m's and c's bounds, c's table scale, the tanh table's offset
         and bounds, the output bias's scale and the LoRA product's bound."""
-        return self._step_records
+        table_in, gate_in, _, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
+        weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t)
+        consts = (
+            lo, hi, table, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A, P_MAX,
+        )  # fmt: skip
+        return weights, consts
 
     def record_array(self, t: int, freqs: np.ndarray) -> None:
         """`record` where `fast`."""
@@ -288,7 +285,7 @@ class ExactMLSTM(CarriedState):
             fa, fb, P = self.lora_m
             gz.addmm_(torch.mm(m, fa, out=P[t]).round_().clamp_(-P_MAX, P_MAX), fb, alpha=2.0 ** (FI - FA))
         if self.compiled:
-            step_kernels.cell(gz_, self.step_records()[1], c0_, gates_, c1_, tc_, h1_)
+            step_kernels.cell(gz_, self.step_records[1], c0_, gates_, c1_, tc_, h1_)
             h = h1
         else:
             self.idx.copy_(gz.clamp_(self.gate_lo, self.gate_hi))
