@@ -401,11 +401,11 @@ def test_a_hashed_context_takes_the_row_of_its_group_that_holds_it_else_the_leas
 
     tags = np.zeros(4, dtype=np.uint16)
     for r, tag, held in ((0, 5, [9]), (1, 6, [2, 2]), (2, 7, [1]), (3, 8, [3])):  # rows 4 ... 7: a group of 4
-        tables.set_row_tag(tab(1), 4 + r, tag)
+        tables.set_row_tag(tags, slot, 4, 4 + r, tag)
         for q, c in enumerate(held):
             slot[r, 2 * q], slot[r, 2 * q + 1] = 65 + q, c
     for r, tag, held in ((0, 20, 5), (1, 21, 1), (2, 23, 3), (3, 24, 2)):
-        tables.set_row_tag(tab(1), r, tag)
+        tables.set_row_tag(tags, slot, 4, r, tag)
         counts[r, 66] = held
     lanes = [((5, 7), (0, 24)), ((7, 9), (2, 25)), ((4, 5), (1, 21)), ((6, -1), (3, 24)), ((9, 11), (0, 20))]
     tagv = np.array([[a[1], c[1]] for a, c in lanes], dtype=np.int64)
@@ -434,13 +434,13 @@ def test_a_row_that_starts_afresh_ages_the_other_rows_of_its_group():
         return Tables(counts, slot, 1, tags, np.zeros(1, np.uint8), base, base.astype(np.uint64), ways, 250, LOG)
 
     for r in range(8):
-        tables.set_row_tag(tab(1), 1 + r, 10 + r)
+        tables.set_row_tag(tags, slot, 1, 1 + r, 10 + r)
         slot[r, 0:4] = [65, 9, 66, 1]  # 'A' counted 9 times, 'B' once
     rows = np.array([[2], [6]], dtype=np.int64)  # lane 0: a new context in row 2; lane 1: row 6's own
     tagv = np.array([[99], [15]], dtype=np.int64)
     for ways, aged in ((1, []), (4, [1, 3, 4])):
         slot[:, 0:4] = [65, 9, 66, 1]
-        tables.set_row_tag(tab(ways), 2, 11)
+        tables.set_row_tag(tags, slot, 1, 2, 11)
         tables.update(tab(ways), Contexts(rows, tagv, 1, 1), np.array([67, 65]), 2, 0, 1)
         assert tables.row_tag(tab(ways), 2) == 99 and slot[1, 0:4].tolist() == [67, 1, 0, 0]  # afresh: 'C' once
         for r in (1, 3, 4):

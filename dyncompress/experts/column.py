@@ -26,8 +26,8 @@ def predict(b, h, st, tab, ctx, t):
     n = np.int64(1) << h.hb
     col = history.column(h, b)
     above = np.uint64(256)
-    at = h.lines[b, 1] + col
-    if at < h.lines[b, 0] and h.pos[b] - at < n:
+    at, line, pos = h.lines[b, 1] + col, h.lines[b, 0], h.pos[b]  # (read before the test: see `common`)
+    if at < line and pos - at < n:
         above = np.uint64(h.hist[(np.int64(b) << h.hb) | (at & (n - 1))])
     ctx.rows[b, t], ctx.tagv[b, t] = hashed_row(above << U16 | np.uint64(col) << U8, SALT, tab.shift[t], tab.base[t])
     return t + 1

@@ -4,6 +4,11 @@ division, a code length in fixed point.
 Every value in the experts' kernels is an integer (int64, or uint64 for the hashes, whose multiplies
 wrap), so the compiled code computes the same on every machine. Constants are numpy scalars of
 explicit dtype: numba types a uint64 mixed with a Python int as float64, which would round a hash.
+
+A kernel reads a record's array fields into locals before a test of `and` / `or` (`r, pos =
+st.rec[b, 4], h.pos[b]`, then `if r > 0 and pos >= r`): a field read in a later operand of such a
+test takes a reference to its array that numba's reference pruning leaves in place, an atomic
+increment and decrement for every lane at every step.
 """
 
 from __future__ import annotations

@@ -75,39 +75,46 @@ def n_slots_of(slot):
 
 @njit(cache=True, inline="always")
 def row_tag(tab, row):
-    """Row `row`'s tag: from `tags` for a row of counts, from the tail of a row of slots."""
-    if row < tab.n_dense:
-        return np.int64(tab.tags[row])
-    r, w = row - tab.n_dense, tab.slot.shape[1]
-    return np.int64(tab.slot[r, w - SLOT_TAIL]) | (np.int64(tab.slot[r, w - SLOT_TAIL + 1]) << 8)
+    """Row `row`'s tag: from `tags` for a row of counts, from the tail of a row of slots. Both are
+    read (`tags` and `slot` have a row at least) and one is chosen: no field read in a branch
+    (`common`)."""
+    tags, slot, n_dense = tab.tags, tab.slot, tab.n_dense
+    dense = row < n_dense
+    r, w = 0 if dense else row - n_dense, slot.shape[1]
+    own = np.int64(tags[row if dense else 0])
+    tail = np.int64(slot[r, w - SLOT_TAIL]) | (np.int64(slot[r, w - SLOT_TAIL + 1]) << 8)
+    return own if dense else tail
 
 
 @njit(cache=True, inline="always")
-def set_row_tag(tab, row, tag):
-    """Row `row` takes tag `tag` (0 ... 2^16 - 1), where `row_tag` reads it."""
-    if row < tab.n_dense:
-        tab.tags[row] = np.uint16(tag)
+def set_row_tag(tags, slot, n_dense, row, tag):
+    """Row `row` takes tag `tag` (0 ... 2^16 - 1), where `row_tag` reads it. It writes in one of
+    two arrays, which the caller reads from `Tables` once, outside its loops (`common`)."""
+    if row < n_dense:
+        tags[row] = np.uint16(tag)
     else:
-        r, w = row - tab.n_dense, tab.slot.shape[1]
-        tab.slot[r, w - SLOT_TAIL] = np.uint8(tag & 255)
-        tab.slot[r, w - SLOT_TAIL + 1] = np.uint8(tag >> 8)
+        r, w = row - n_dense, slot.shape[1]
+        slot[r, w - SLOT_TAIL] = np.uint8(tag & 255)
+        slot[r, w - SLOT_TAIL + 1] = np.uint8(tag >> 8)
 
 
 @njit(cache=True, inline="always")
 def row_recent(tab, row):
-    """The byte that last followed row `row`'s context."""
-    if row < tab.n_dense:
-        return tab.recent[row]
-    return tab.slot[row - tab.n_dense, tab.slot.shape[1] - SLOT_TAIL + 2]
+    """The byte that last followed row `row`'s context (both places read, as `row_tag`)."""
+    recent, slot, n_dense = tab.recent, tab.slot, tab.n_dense
+    dense = row < n_dense
+    own = recent[row if dense else 0]
+    tail = slot[0 if dense else row - n_dense, slot.shape[1] - SLOT_TAIL + 2]
+    return own if dense else tail
 
 
 @njit(cache=True, inline="always")
-def set_row_recent(tab, row, byte):
-    """Row `row`'s recent byte becomes `byte`, where `row_recent` reads it."""
-    if row < tab.n_dense:
-        tab.recent[row] = np.uint8(byte)
+def set_row_recent(recent, slot, n_dense, row, byte):
+    """Row `row`'s recent byte becomes `byte`, where `row_recent` reads it (arrays as `set_row_tag`)."""
+    if row < n_dense:
+        recent[row] = np.uint8(byte)
     else:
-        tab.slot[row - tab.n_dense, tab.slot.shape[1] - SLOT_TAIL + 2] = np.uint8(byte)
+        slot[row - n_dense, slot.shape[1] - SLOT_TAIL + 2] = np.uint8(byte)
 
 
 @njit(cache=True, inline="always")
@@ -271,7 +278,7 @@ def update(tab, ctx, y, k, t_lo, t_hi):
     Lanes take their rows in order, the lowest first, so the order in which they fill a row's slots
     is fixed."""
     rows, tagv = ctx.rows, ctx.tagv
-    counts, slot, n_dense = tab.counts, tab.slot, tab.n_dense
+    counts, slot, n_dense, tags, recent = tab.counts, tab.slot, tab.n_dense, tab.tags, tab.recent
     n_slots = n_slots_of(slot)
     for b in range(k):
         for t in range(t_lo, t_hi):
@@ -288,7 +295,7 @@ def update(tab, ctx, y, k, t_lo, t_hi):
                     counts[row, :] = 0
                 else:
                     slot[row - n_dense, : 2 * n_slots] = 0
-                set_row_tag(tab, row, tagv[b, t])
+                set_row_tag(tags, slot, n_dense, row, tagv[b, t])
                 if tab.ways > 1:  # the other rows of its group age: their counts halved (`choose_rows`)
                     first = group_first(row, tab.base[t], tab.ways)
                     for r in range(first, first + tab.ways):
@@ -298,7 +305,7 @@ def update(tab, ctx, y, k, t_lo, t_hi):
         for t in range(t_lo, t_hi):
             row = rows[b, t]
             if row_tag(tab, row) == tagv[b, t]:
-                set_row_recent(tab, row, y[b])
+                set_row_recent(recent, slot, n_dense, row, y[b])
     full = np.empty(k * (t_hi - t_lo), dtype=np.int64)
     n_full = 0
     for b in range(k):

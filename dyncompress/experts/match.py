@@ -57,7 +57,8 @@ def predict(b, h, st, ev, i, m):
         ent[b, m, 1] = h.hist[st.ptr[b]]
         ent[b, m, 2] = ONE
         m += 1
-    while bucket < EDGES.shape[0] and EDGES[bucket] <= st.mlen[b]:
+    mlen = st.mlen[b]  # (read before the loop's test: see `common`)
+    while bucket < EDGES.shape[0] and EDGES[bucket] <= mlen:
         bucket += 1
     state = 0
     if st.mlen[b] > 0:
@@ -69,7 +70,8 @@ def predict(b, h, st, ev, i, m):
 def update(b, y, h, st):
     """Lane b's byte y, before any lane's history moves on: the match extends or ends."""
     n = np.int64(1) << h.hb
-    if st.mlen[b] > 0 and np.int64(h.hist[st.ptr[b]]) == y:
+    mlen, ptr = st.mlen[b], st.ptr[b]  # (read before the test: see `common`)
+    if mlen > 0 and np.int64(h.hist[ptr]) == y:
         st.ptr[b] = ((st.ptr[b] >> h.hb) << h.hb) | ((st.ptr[b] + 1) & (n - 1))
         st.mlen[b] = min(st.mlen[b] + 1, MATCH_MAX)
     else:

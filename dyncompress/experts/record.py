@@ -45,8 +45,8 @@ def make(settings, lanes: int, hb: int, used: bool) -> State:
 @njit(cache=True, inline="always")
 def predict(b, h, st, tab, ctx, t):
     """Lane b's record context into table t (tag -1 where it has none); returns the next table."""
-    r = st.rec[b, 4]
-    if r > 0 and h.pos[b] >= r and h.pos[b] - st.rec[b, 5] <= r * REC_FRESH:
+    r, voted, pos = st.rec[b, 4], st.rec[b, 5], h.pos[b]  # (read before the test: see `common`)
+    if r > 0 and pos >= r and pos - voted <= r * REC_FRESH:
         above = np.uint64(history.at(h, b, r))
         ctx.rows[b, t], ctx.tagv[b, t] = hashed_row(np.uint64(r) << U16 | above << U8, SALT, tab.shift[t], tab.base[t])
     else:
