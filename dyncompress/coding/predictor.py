@@ -232,7 +232,7 @@ class MixedPredictor:
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.settings, self.lanes, self.segment_len = settings, settings.lanes, settings.segment_len
         self.net = MLSTMPredictor(settings, model) if settings.hidden else NoNetwork(settings, model)
-        self.experts = Experts(settings.mix, settings.lanes)
+        self.experts = Experts(settings.mix, settings.lanes, network=bool(settings.hidden))
         self.t = 0
         self.pending: tuple | None = None  # (what the mixer used, the freqs, lanes in play)
 
@@ -303,7 +303,7 @@ class NoNetwork:
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         if model is not None:
             raise ValueError("the statistics alone (hidden 0) start from no model")
-        self.zeros = np.zeros((settings.lanes, 256), dtype=np.int64)
+        self.zeros = np.zeros((settings.lanes, 256))  # (float, as a network's logits: one build of the kernels)
         self.coded: list[np.ndarray] = []  # the segment's frequencies, step by step
 
     def set_parts(self, parts: int) -> None:
@@ -317,11 +317,10 @@ class NoNetwork:
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
         """The segment's code length in nats (a float, for reporting: the coded bits never depend on it)."""
-        nats = 0.0
-        for t, (freqs, k) in enumerate(zip(self.coded, active, strict=True)):
-            nats -= float(np.log(freqs[np.arange(k), targets[t, :k]] / FREQ_TOTAL).sum())
+        T, B = targets.shape
+        coded = np.stack(self.coded)[np.arange(T)[:, None], np.arange(B), targets]  # (T, B): each byte's frequency
         self.coded = []
-        return nats
+        return -float(np.log(coded[np.arange(B) < active[:, None]] / FREQ_TOTAL).sum())
 
     def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
         return {}

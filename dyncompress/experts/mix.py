@@ -187,10 +187,12 @@ def table_bytes(s: MixSettings, lanes: int) -> int:
 
 
 class Experts:
-    """The count and match experts for `lanes` lanes, with the mixer over them and the network."""
+    """The count and match experts for `lanes` lanes, with the mixer over them and the network.
+    Without a network (`network` False: `--fast`) the mixer's input 0 is zero for every byte: its
+    evidence stays as allocated and `mix`'s logits are not read."""
 
-    def __init__(self, s: MixSettings, lanes: int) -> None:
-        self.s, self.B = s, lanes
+    def __init__(self, s: MixSettings, lanes: int, network: bool = True) -> None:
+        self.s, self.B, self.network = s, lanes, network
         self.parts = 1  # runs of lanes `mix` is split into, one per thread (`split`)
         self.used = {name: name in s.expert_names for name in MODULES}  # every registered expert: on?
         on = [m for m in MODULES.values() if self.used[m.NAME]]
@@ -284,7 +286,7 @@ class Experts:
         # each mixer's own probabilities (units 2^-24) for its gradient: int32 halves what it streams
         self._f_fast, self._f_slow = (np.zeros((B, 256), dtype=np.int32) for _ in range(2))
         self._ctx = (self._rows, self._tags, self.K, self.n_seen)  # (`counts.Contexts`)
-        self._use = tuple(step.Use(**self.used, ring=self.use_hist, lines=self.use_lines))
+        self._use = tuple(step.Use(**self.used, ring=self.use_hist, lines=self.use_lines, network=network))
         self.reset()
 
     def memory(self) -> int:

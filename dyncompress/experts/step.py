@@ -40,7 +40,8 @@ O0, O1, O2, O3, O4, O5, O6 = _AT
 
 class Use(NamedTuple):
     """Which experts run (`MixSettings.experts`), by name; ring: a history ring is kept, lines: the
-    line starts are kept (where an expert running `READS` them)."""
+    line starts are kept (where an expert running `READS` them); network: the network's logits are
+    input 0 (else it is zero for every byte, as allocated: `mix.Experts`)."""
 
     orders: bool
     word: bool
@@ -53,6 +54,7 @@ class Use(NamedTuple):
     apm: bool
     ring: bool
     lines: bool
+    network: bool
 
 
 def flat_states(states: tuple) -> tuple:
@@ -139,7 +141,8 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
     excl = np.empty(256, dtype=np.bool_)
     p = np.empty(256, dtype=np.int64)
     for b in range(lo, hi):
-        mixer.network_input(b, logits, ev, mx.net_floor)
+        if use.network:
+            mixer.network_input(b, logits, ev, mx.net_floor)
         m, order_seen, conf = 0, 0, 0
         if ctx.K:
             m, order_seen, conf = counts.predict(b, tab, ctx, ev, m)
