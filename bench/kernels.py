@@ -27,7 +27,7 @@ CHILD = r"""
 import sys, time
 from dataclasses import replace
 import numpy as np
-tree, path, name, warm, calls = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+tree, path, name, warm, calls, parts = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
 sys.path.insert(0, tree)
 try:
     from dyncompress.experts.mix import Experts
@@ -42,6 +42,10 @@ need = B * (warm + 8 * calls)
 data = np.frombuffer(open(path, "rb").read()[:need], dtype=np.uint8)
 data = data.reshape(B, -1).T.astype(np.int64)  # (steps, lanes): lane b codes the b-th run of bytes
 experts, logits, t = Experts(mix, B), np.zeros((B, 256)), 0
+if parts > 1:  # the lanes split in runs over threads, as `split` does
+    import numba
+    numba.set_num_threads(parts)
+    experts.parts = parts
 for t in range(warm):
     experts.prepare()
     freqs, used = experts.mix(logits)
@@ -65,10 +69,10 @@ print(" ".join(f"{k}={v / calls * 1e6:.1f}" for k, v in best.items()))
 """
 
 
-def run(tree: str, path: str, experts: str, warm: int, calls: int) -> dict[str, float]:
+def run(tree: str, path: str, experts: str, warm: int, calls: int, parts: int) -> dict[str, float]:
     """One fresh process: microseconds a call of each kernel."""
     env = dict(os.environ, DYNCOMPRESS_COMPILE_AHEAD="0")
-    args = [sys.executable, "-c", CHILD, tree, path, experts, str(warm), str(calls)]
+    args = [sys.executable, "-c", CHILD, tree, path, experts, str(warm), str(calls), str(parts)]
     r = subprocess.run(args, capture_output=True, text=True, env=env, cwd="/")
     if r.returncode != 0:
         raise SystemExit(f"{tree}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
@@ -83,14 +87,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="processes per version and experts (the best counts)")
     ap.add_argument("--warm", type=int, default=2000, help="steps coded before timing")
     ap.add_argument("--calls", type=int, default=300, help="calls a timing")
+    ap.add_argument("--parts", type=int, default=1, help="runs of lanes, one a thread (the split kernels: 2)")
     a = ap.parse_args()
-    print("microseconds a call, the best of the rounds; 64 lanes, one thread")
+    print(f"microseconds a call, the best of the rounds; 64 lanes in {a.parts} run(s), one a thread")
     print(f"{'experts':<14} {'kernel':<8} {'old':>8} {'new':>8} {'new/old':>8}")
     for experts in a.experts:
         best: dict[str, dict[str, float]] = {"old": {}, "new": {}}
         for _ in range(a.rounds):
             for version, tree in (("old", a.old), ("new", str(ROOT))):
-                for k, v in run(tree, a.file, experts, a.warm, a.calls).items():
+                for k, v in run(tree, a.file, experts, a.warm, a.calls, a.parts).items():
                     best[version][k] = min(best[version].get(k, v), v)
         for k in ("prepare", "mix", "learn"):
             old, new = best["old"][k], best["new"][k]

@@ -317,10 +317,11 @@ class NoNetwork:
 
     def adapt(self, targets: np.ndarray, active: np.ndarray) -> float:
         """The segment's code length in nats (a float, for reporting: the coded bits never depend on it)."""
-        T, B = targets.shape
-        coded = np.stack(self.coded)[np.arange(T)[:, None], np.arange(B), targets]  # (T, B): each byte's frequency
+        nats = 0.0
+        for t, (freqs, k) in enumerate(zip(self.coded, active, strict=True)):
+            nats -= float(np.log(freqs[np.arange(k), targets[t, :k]] / FREQ_TOTAL).sum())
         self.coded = []
-        return -float(np.log(coded[np.arange(B) < active[:, None]] / FREQ_TOTAL).sum())
+        return nats
 
     def state_dict(self, tables: bool = True) -> dict[str, torch.Tensor]:
         return {}

@@ -25,10 +25,9 @@ def predict(b, h, st, tab, ctx, t):
     """Lane b's column context into table t; returns the next table."""
     n = np.int64(1) << h.hb
     col = history.column(h, b)
-    above = np.uint64(256)
-    at, line, pos = h.lines[b, 1] + col, h.lines[b, 0], h.pos[b]  # (read before the test: see `common`)
-    if at < line and pos - at < n:
-        above = np.uint64(h.hist[(np.int64(b) << h.hb) | (at & (n - 1))])
+    at, line, pos = h.lines[b, 1] + col, h.lines[b, 0], h.pos[b]
+    seen = np.uint64(h.hist[(np.int64(b) << h.hb) | (at & (n - 1))])  # (read, then chosen: `common`)
+    above = seen if at < line and pos - at < n else np.uint64(256)
     ctx.rows[b, t], ctx.tagv[b, t] = hashed_row(above << U16 | np.uint64(col) << U8, SALT, tab.shift[t], tab.base[t])
     return t + 1
 
