@@ -29,12 +29,17 @@ from dataclasses import replace
 import numpy as np
 tree, path, name, warm, calls, parts = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
 sys.path.insert(0, tree)
-try:
+import os
+# (by the tree's files, not by trying an import: an editable install of the other version answers
+# for a module this tree lacks)
+if os.path.isdir(os.path.join(tree, "dyncompress", "experts")):
     from dyncompress.experts.mix import Experts
     from dyncompress.config.levels import make_settings
-except ImportError:  # (the layout before the experts became modules)
+else:  # (the layout before the experts became modules)
     from dyncompress.mix import Experts
     from dyncompress.settings import make_settings
+import dyncompress
+assert os.path.dirname(os.path.dirname(os.path.abspath(Experts.__module__ and sys.modules[Experts.__module__].__file__))).startswith(os.path.abspath(tree)), "imported from another tree"
 s = make_settings(model=None, hidden=0, threads=1, size_hint=1_000_000)
 mix = s.mix if name == "fast" else replace(s.mix, experts=name, prior="")
 B = s.lanes

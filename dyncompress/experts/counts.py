@@ -174,17 +174,19 @@ def touch(tab, rows, lo, hi):
     """Read one byte of every cache line of the rows lanes lo ... hi - 1 are about to read (and
     their tags), all at once, so that their misses overlap instead of coming one row at a time (a
     prefetch; returns a sum so that the reads stay)."""
+    counts, slot, tags, n_dense = tab.counts, tab.slot, tab.tags, tab.n_dense  # (outside the loops: `common`)
+    last = slot.shape[1] - 1
     total = 0
     for b in range(lo, hi):
         for t in range(rows.shape[1]):
             row = rows[b, t]
-            if row < tab.n_dense:
-                total += np.int64(tab.tags[row])
+            if row < n_dense:
+                total += np.int64(tags[row])
                 for j in range(0, 256, 64):
-                    total += np.int64(tab.counts[row, j])
+                    total += np.int64(counts[row, j])
             else:  # a row of slots with its tail: its first and last byte (one line at the default's 64 bytes)
-                r = row - tab.n_dense
-                total += np.int64(tab.slot[r, 0]) + np.int64(tab.slot[r, tab.slot.shape[1] - 1])
+                r = row - n_dense
+                total += np.int64(slot[r, 0]) + np.int64(slot[r, last])
     return total
 
 
@@ -244,9 +246,10 @@ def predict(b, tab, ctx, ev, m):
         above += 1
     conf = above * 2 + single
     base[b, 1 + ctx.K] = 0
+    recent = row_recent(tab, rows[b, max(order_seen - 1, 0)])  # (read, then used: `common`)
     if order_seen > 0:
         ent[b, m, 0] = 1 + ctx.K
-        ent[b, m, 1] = row_recent(tab, rows[b, order_seen - 1])
+        ent[b, m, 1] = recent
         ent[b, m, 2] = ONE
         m += 1
     return m, order_seen, conf

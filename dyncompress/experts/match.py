@@ -51,18 +51,18 @@ def predict(b, h, st, ev, i, m):
     the predicted byte's kind with the bucket)."""
     E0, base, ent, n_ent = ev
     base[b, i] = 0
-    bucket = 0
-    if st.mlen[b] > 0:
+    mlen, predicted = st.mlen[b], np.int64(h.hist[st.ptr[b]])  # (read before the tests: `common`)
+    if mlen > 0:
         ent[b, m, 0] = i
-        ent[b, m, 1] = h.hist[st.ptr[b]]
+        ent[b, m, 1] = predicted
         ent[b, m, 2] = ONE
         m += 1
-    mlen = st.mlen[b]  # (read before the loop's test: see `common`)
+    bucket = 0
     while bucket < EDGES.shape[0] and EDGES[bucket] <= mlen:
         bucket += 1
     state = 0
-    if st.mlen[b] > 0:
-        state = 1 + fine_kind(np.int64(h.hist[st.ptr[b]])) * EDGES.shape[0] + bucket - 1
+    if mlen > 0:
+        state = 1 + fine_kind(predicted) * EDGES.shape[0] + bucket - 1
     return m, bucket, state
 
 
@@ -70,12 +70,11 @@ def predict(b, h, st, ev, i, m):
 def update(b, y, h, st):
     """Lane b's byte y, before any lane's history moves on: the match extends or ends."""
     n = np.int64(1) << h.hb
-    mlen, ptr = st.mlen[b], st.ptr[b]  # (read before the test: see `common`)
-    if mlen > 0 and np.int64(h.hist[ptr]) == y:
-        st.ptr[b] = ((st.ptr[b] >> h.hb) << h.hb) | ((st.ptr[b] + 1) & (n - 1))
-        st.mlen[b] = min(st.mlen[b] + 1, MATCH_MAX)
-    else:
-        st.mlen[b] = 0
+    mlen, ptr, hb = st.mlen[b], st.ptr[b], h.hb  # (every read before the test, both outcomes written: `common`)
+    seen = np.int64(h.hist[ptr])
+    extends = mlen > 0 and seen == y
+    st.ptr[b] = ((ptr >> hb) << hb) | ((ptr + 1) & (n - 1)) if extends else ptr
+    st.mlen[b] = min(mlen + 1, MATCH_MAX) if extends else 0
 
 
 @njit(cache=True, inline="always")

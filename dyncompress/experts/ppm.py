@@ -54,11 +54,11 @@ def make(settings, lanes: int, hb: int, used: bool) -> State:
 def log_of(v, st):
     """ln(v / 2^PPM_BITS) in units of 2^-12 (at least st.floor): v's leading 13 bits from a table of
     correctly rounded logarithms, the power of two in whole units of ln 2."""
-    if v <= 0:
-        return st.floor
-    l = floor_log2(v)
-    m = v >> (l - 12) if l >= 12 else v << (12 - l)
-    return max(st.ln_mant[m - 4096] + (l - PPM_BITS) * st.ln2, st.floor)
+    ln_mant, floor = st.ln_mant, st.floor  # (read before any test, v <= 0 read as 1: `common`)
+    u = max(v, 1)
+    l = floor_log2(u)
+    m = u >> (l - 12) if l >= 12 else u << (12 - l)
+    return max(ln_mant[m - 4096] + (l - PPM_BITS) * st.ln2, floor) if v > 0 else floor
 
 
 @njit(cache=True)
