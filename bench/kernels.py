@@ -4,13 +4,13 @@
     python bench/kernels.py OLD_TREE FILE [--experts fast orders word match orders,ppm] [--rounds 2]
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old f395982`); the new one
-is this checkout. Each process builds the fast level's statistics (`--fast`: 64 lanes, one thread,
-its tables for a 1 MB input) with the experts named (`fast`: the level's own), codes the first
-`--warm` steps of FILE (64 lanes side by side) so that the tables hold real counts, then times
-`--calls` calls of each kernel on that state (the best of 7 runs; `learn` on the bytes that come
-next, so the state moves on). Where `bench/speed.py` says that one version codes slower, this says in
-which kernel and with which experts: `mix` with `orders` alone reads the count tables and mixes,
-with `match` alone it mixes without them.
+is this checkout. Each process builds the fast level's statistics (`--fast`: 64 lanes, its tables
+for a 1 MB input; one thread, or with `--parts 2` the lanes split over two) with the experts named
+(`fast`: the level's own), codes the first `--warm` steps of FILE (64 lanes side by side) so that
+the tables hold real counts, then times `--calls` calls of each kernel on that state (the best of 7
+runs; `learn` on the bytes that come next, so the state moves on). Where `bench/speed.py` says that
+one version codes slower, this says in which kernel and with which experts: `mix` with `orders`
+alone reads the count tables and mixes, with `match` alone it mixes without them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ if os.path.isdir(os.path.join(tree, "dyncompress", "experts")):
 else:  # (the layout before the experts became modules)
     from dyncompress.mix import Experts
     from dyncompress.settings import make_settings
-import dyncompress
-assert os.path.dirname(os.path.dirname(os.path.abspath(Experts.__module__ and sys.modules[Experts.__module__].__file__))).startswith(os.path.abspath(tree)), "imported from another tree"
+assert sys.modules[Experts.__module__].__file__.startswith(os.path.abspath(tree)), "imported from another tree"
 s = make_settings(model=None, hidden=0, threads=1, size_hint=1_000_000)
 mix = s.mix if name == "fast" else replace(s.mix, experts=name, prior="")
 B = s.lanes

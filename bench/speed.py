@@ -6,8 +6,8 @@ same bytes.
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old main`); the new one is
 this checkout. Each case is `dyncompress encode` and `decode` of one file at one level in a fresh
-process, the versions alternating, the best of `--rounds` (the run the machine disturbed least: on a
-shared two-core machine one run in a few is 10-20 % slow); peak RSS is the process's own
+process, the versions alternating, the best of `--rounds` (the run the machine disturbed least: noise
+only ever adds time); peak RSS is the process's own
 (`os.wait4`). Both versions first code a small input each way, so that neither pays for compiling
 its kernels in the timed runs. Files are named as `dyncompress eval` names them: a path,
 PATH:START:END for a byte range, or a fetched corpus (`enwik8:0:1M` is enwik6, `enwik8:3M:3.5M` the

@@ -5,10 +5,13 @@ Every value in the experts' kernels is an integer (int64, or uint64 for the hash
 wrap), so the compiled code computes the same on every machine. Constants are numpy scalars of
 explicit dtype: numba types a uint64 mixed with a Python int as float64, which would round a hash.
 
-A kernel reads a record's array fields into locals before a test of `and` / `or` (`r, pos =
-st.rec[b, 4], h.pos[b]`, then `if r > 0 and pos >= r`): a field read in a later operand of such a
-test takes a reference to its array that numba's reference pruning leaves in place, an atomic
-increment and decrement for every lane at every step.
+Per-lane code reads a record's array fields in straight-line code, before any test (`r, pos =
+st.rec[b, 4], h.pos[b]`, then `if r > 0 and pos >= r`): a field read in the arm of an `if`, or in a
+later operand of `and` / `or`, takes a reference to its array that numba's reference pruning
+leaves in place, an atomic increment and decrement for every lane at every step (even where that
+arm is not taken). Where one of two arrays is wanted, both are read and one chosen
+(`counts.row_tag`); a helper that writes one of two takes the arrays, read once outside the
+caller's loops (`counts.set_row_tag`).
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class Experts:
     evidence stays as allocated and `mix`'s logits are not read."""
 
     def __init__(self, s: MixSettings, lanes: int, network: bool = True) -> None:
-        self.s, self.B, self.network = s, lanes, network
+        self.s, self.B = s, lanes
         self.parts = 1  # runs of lanes `mix` is split into, one per thread (`split`)
         self.used = {name: name in s.expert_names for name in MODULES}  # every registered expert: on?
         on = [m for m in MODULES.values() if self.used[m.NAME]]
