@@ -68,8 +68,9 @@ class SourcesLocator(caching._CacheLocator):
 
     sources_stamped = True  # (marks this class in numba's list, also a copy from a re-import)
 
-    def __init__(self, inner: caching._CacheLocator) -> None:
+    def __init__(self, inner: caching._CacheLocator, py_file: str) -> None:
         self._inner = inner
+        self._py_file = py_file  # (numba's warning that a kernel cannot be cached names it)
 
     def ensure_cache_path(self) -> None:
         self._inner.ensure_cache_path()
@@ -92,7 +93,7 @@ class SourcesLocator(caching._CacheLocator):
             if not getattr(other, "sources_stamped", False):
                 inner = other.from_function(py_func, py_file)
                 if inner is not None:
-                    return cls(inner)
+                    return cls(inner, py_file)
         return None
 
 

@@ -25,10 +25,11 @@ print(type(update_kernels.segment_costs._cache._impl._locator).__name__, int(bit
 """
 
 
-def costs(root: Path, cache: Path) -> tuple[str, int]:
-    env = dict(os.environ, PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(cache))
+def costs(root: Path, cache: Path, **env) -> tuple[str, int]:
+    env = dict(os.environ, PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(cache), **env)
     r = subprocess.run([sys.executable, "-c", COSTS], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
     locator, bits = r.stdout.split()
     return locator, int(bits)
 
@@ -58,3 +59,11 @@ def test_the_stamp_covers_every_kernel_module_and_nothing_else_is_located():
         )
         is None
     )
+
+
+def test_a_kernel_numba_cannot_cache_runs_uncached(tmp_path):
+    """Unoptimised (NUMBA_OPT=0), segment_costs keeps its table as a dynamic global, which numba
+    cannot cache: numba warns, naming the kernel's file, and the kernel runs all the same."""
+    cache = tmp_path / "cache"
+    assert costs(PACKAGE.parent, cache, NUMBA_OPT="0") == ("SourcesLocator", 8 << 16)
+    assert not list(cache.rglob("*segment_costs*.nbc"))
