@@ -18,6 +18,28 @@ from dyncompress.training.train import TrainConfig, Trainer
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def share_kernel_cache(target: Path) -> None:
+    """Copy numba's cache of this tree's kernels into the installed copy's `__pycache__` folders.
+    The cache is keyed on the SHA-256 of every kernel source (`kernel_cache`), not on their paths:
+    the copy, with the same sources, loads what this tree compiled instead of compiling it again
+    (a kernel not compiled here yet, it compiles itself)."""
+    import importlib
+    import shutil
+
+    from numba.core.dispatcher import Dispatcher
+
+    from dyncompress import kernel_cache
+
+    for path in kernel_cache.kernel_files():
+        relative = Path(path).relative_to(ROOT)
+        module = importlib.import_module(".".join(relative.with_suffix("").parts))
+        kernel = next(v for v in vars(module).values() if isinstance(v, Dispatcher) and v._cache is not None)
+        folder = target / relative.parent / "__pycache__"
+        folder.mkdir(exist_ok=True)
+        for cached in Path(kernel._cache._cache_path).glob(f"{relative.stem}.*.nb[ic]"):
+            shutil.copyfile(cached, folder / cached.name)
+
+
 def test_training_lowers_validation_bpb():
     trainer = Trainer(TINY, [str(CORPORA / "alice29.txt")])
     before = trainer.validate()
@@ -207,6 +229,8 @@ def test_default_model_is_found_by_a_non_editable_install(tmp_path):
     text.write_bytes(corpus("grammar.lsp"))
     env = dict(os.environ, PYTHONPATH=str(target))
     env.pop("DYNCOMPRESS_MODELS", None)
+    env.pop("NUMBA_CACHE_DIR", None)  # (the copy's own __pycache__, where `share_kernel_cache` put the kernels)
+    share_kernel_cache(target)
 
     def run(*args):
         return subprocess.run([sys.executable, *args], capture_output=True, cwd=elsewhere, env=env)
@@ -231,8 +255,8 @@ def test_default_model_is_found_by_a_non_editable_install(tmp_path):
     """
     r = run("-c", loads)
     assert r.returncode == 0 and r.stdout.split() == [DEFAULT_MODEL.encode(), b"4"], r.stderr
-    # a round trip with the default model from the installed copy (one thread: half the kernels to
-    # compile there)
+    # a round trip with the default model from the installed copy (one thread: the kernels this
+    # tree's tests have compiled by now)
     r = run("-m", "dyncompress", "encode", "--device", "cpu", "-T", "1", "grammar.lsp")
     assert r.returncode == 0, r.stderr
     meta = parse_header((elsewhere / "grammar.lsp.dc").read_bytes())[0]

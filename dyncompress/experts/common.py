@@ -12,6 +12,10 @@ leaves in place, an atomic increment and decrement for every lane at every step 
 arm is not taken). Where one of two arrays is wanted, both are read and one chosen
 (`counts.row_tag`); a helper that writes one of two takes the arrays, read once outside the
 caller's loops (`counts.set_row_tag`).
+
+A kernel that calls another (not inlined) passes no integer constant as an argument: numba types
+the constant as a literal and compiles the callee once more for it, beside the version that the
+same call with a variable needs (`mixer.steps(..., np.int64(0), ...)`, not `0`).
 """
 
 from __future__ import annotations

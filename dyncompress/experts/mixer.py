@@ -306,5 +306,5 @@ def steps(G, mx, sets, k, s_lo, s_hi):
 def update(ev, f, mx, sets, y, k):
     """The mixers' steps after byte y (`steps`), with their gradients from the evidence ev."""
     G = (np.empty((k, mx.W.shape[1]), dtype=np.int64), np.empty((k, mx.W.shape[1]), dtype=np.int64))
-    gradients(ev, f, mx, y, 0, k, G[0], G[1])
-    steps(G, mx, sets, k, 0, sets.shape[1])
+    gradients(ev, f, mx, y, np.int64(0), k, G[0], G[1])
+    steps(G, mx, sets, k, np.int64(0), sets.shape[1])

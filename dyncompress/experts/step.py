@@ -206,7 +206,7 @@ def learn(use, h, tab, ctx, es, mx, used, coded, y, k):
         apm.update(coded, y, k, h, ap)
     mixer.update(ev, (f_fast, f_slow), mx, sets, y, k)
     if ctx.K:
-        counts.update(tab, ctx, y, k, 0, ctx.K)
+        counts.update(tab, ctx, y, k, np.int64(0), ctx.K)
     advance(use, h, w, r, mt, y, k)
 
 
@@ -227,9 +227,9 @@ def learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G
     split_tables, split_sets = split
     G = (G[0], G[1])
     if section == 0:
-        mixer.steps(G, mx, sets, k, 0, split_sets)
+        mixer.steps(G, mx, sets, k, np.int64(0), split_sets)
         if ctx.K:
-            counts.update(tab, ctx, y, k, 0, split_tables)
+            counts.update(tab, ctx, y, k, np.int64(0), split_tables)
         return
     if use.apm:
         apm.update(coded, y, k, h, ap)
@@ -251,4 +251,4 @@ def learn_parts(parts, split, use, h, tab, ctx, es, mx, used, coded, y, k):
     for p in prange(parts):
         gradient_part(mx, used, y, p * k // parts, (p + 1) * k // parts, G)
     for section in prange(2):
-        learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G)
+        learn_section(np.int64(section), split, use, h, tab, ctx, es, mx, used, coded, y, k, G)
