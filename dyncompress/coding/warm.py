@@ -29,7 +29,6 @@ import os
 import signal
 import subprocess
 import sys
-from importlib import metadata
 
 from dyncompress import environment, kernel_cache
 
@@ -41,13 +40,6 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ROOT = os.path.dirname(_PACKAGE)
 CHILD = "import sys; sys.path.insert(0, {root!r}); import dyncompress.coding.warm as w; w.main({kind!r}, {threads!r})"
 NOTICE = "dyncompress: compiling the kernels for this machine (once after an install; 20 ... 60 s)"
-
-
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "-"
 
 
 def _folder() -> str | None:
@@ -73,9 +65,14 @@ def stamp_path(kind: str, threads: int | None = None) -> str | None:
     folder = _folder()
     if folder is None:
         return None
+    import llvmlite
+    import numba
+    import numpy
+
     from dyncompress import __version__
 
-    parts = [sys.version, __version__] + [_version(name) for name in ("numba", "llvmlite", "numpy")]
+    # (the modules' own versions: importlib.metadata would search the installed distributions)
+    parts = [sys.version, __version__] + [m.__version__ for m in (numba, llvmlite, numpy)]
     parts += [environment.get(name) for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_OPT")]
     parts.append(kernel_cache.sources_stamp().hex())  # the key numba's cache of the kernels has
     key = hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:16]
