@@ -18,6 +18,9 @@ CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 # per way of coding and per numba cache would add about half a minute to the suite); test_warm runs
 # the child with its own cache
 os.environ["DYNCOMPRESS_COMPILE_AHEAD"] = "0"
+# The processes the tests start import the package from cached bytecode, as an installed copy does
+# (with PYTHONDONTWRITEBYTECODE set, every one of them would compile every module from source)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # A small network: the tests check exactness and behaviour, not ratio, and must be quick.
 NET = dict(hidden=32, lanes=8, segment_len=8, device="cpu")
