@@ -41,8 +41,9 @@ records the replay that checks them):
   3. The registry: the module in `mix.MODULES`, and a context expert in `mix.CONTEXTS` at its
      tables' place (those that choose the highest context seen, `SEEN`, first).
   4. In `step`: a field of `Use` under its name, its `predict` in `contexts` (a context expert) or
-     `mix_step`, its `update` in `advance` where it keeps state, and its record in `EXPERT_STATES`
-     where it has one.
+     `mix_lanes`, its `update` in `advance` where it keeps state, and its record in `EXPERT_STATES`
+     where it has one. Those kernels allocate nothing (`common`: compiled without reference
+     counts); scratch it needs comes from the kernel that calls them (`mix_step`'s).
   5. Its tests: its contexts or evidence on real text against what the docstring says, a round
      trip with it on, and bits saved with it against without (`tests/test_mix.py`); its name in
      `tests/test_experts.py`'s order of the count tables.

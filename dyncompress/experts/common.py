@@ -5,12 +5,21 @@ Every value in the experts' kernels is an integer (int64, or uint64 for the hash
 wrap), so the compiled code computes the same on every machine. Constants are numpy scalars of
 explicit dtype: numba types a uint64 mixed with a Python int as float64, which would round a hash.
 
-Per-lane code reads a record's array fields in straight-line code, before any test (`r, pos =
-st.rec[b, 4], h.pos[b]`, then `if r > 0 and pos >= r`): a field read in the arm of an `if`, or in a
-later operand of `and` / `or`, takes a reference to its array that numba's reference pruning
-leaves in place, an atomic increment and decrement for every lane at every step (even where that
-arm is not taken). Where one of two arrays is wanted, both are read and one chosen
-(`counts.row_tag`); a helper that writes one of two takes the arrays, read once outside the
+The kernels that loop over lanes allocate nothing and are compiled without numba's reference counts
+(`NO_REFCOUNTS`: `step.mix_lanes`, `step.advance`, `counts.choose_rows`, `counts.count_rows`,
+`match.find_lanes`); one that needs scratch allocates it and hands it to the kernel that loops
+(`step.mix_step`, `counts.update`, `match.find`). With reference counts, every record an inlined
+helper takes and every array field it reads is an atomic increment and decrement of the array's
+count wherever numba's pruning cannot pair them (a value bound before a branch and used in one arm
+only, an early return), for every lane at every step, and the threads of a split contend for those
+counters. A kernel compiled without them cannot allocate (numba refuses it when it compiles), and
+the kernels it calls are compiled the same way. Where a numba lacks the option, the kernels compile
+with reference counts: slower, the same bits. `tools/refcounts.py` lists the reference counts left
+in the kernels' loops.
+
+In the kernels that keep reference counts, per-lane code reads a record's array fields in
+straight-line code, before any test; where one of two arrays is wanted, both are read and one
+chosen (`counts.row_tag`); a helper that writes one of two takes the arrays, read once outside the
 caller's loops (`counts.set_row_tag`).
 
 A kernel that calls another (not inlined) passes no integer constant as an argument: numba types
@@ -25,6 +34,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 from numba import njit
+from numba.core.cpu import CPUTargetOptions
 
 from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
 from dyncompress.network.int_kernels import floor_log2
@@ -36,6 +46,8 @@ P2 = np.uint64(0xBF58476D1CE4E5B9)
 ONE_U = np.uint64(1)
 N_KINDS = 9  # `fine_kind`'s kinds
 ONE = 1 << 12  # one nat of evidence (units 2^-12)
+# the options of a kernel compiled without numba's reference counts (where this numba has the option)
+NO_REFCOUNTS = {"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}
 
 
 def no_state(settings, lanes: int, hb: int, used: bool) -> tuple:

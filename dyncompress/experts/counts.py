@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from dyncompress.experts.common import ONE, rounded_logs
+from dyncompress.experts.common import NO_REFCOUNTS, ONE, rounded_logs
 
 SLOT_TAIL = 4
 COUNT_EDGES = np.array([2, 4, 8, 16, 64], dtype=np.int64)  # buckets of a context's total count
@@ -140,7 +140,7 @@ def group_first(row, table_base, ways):
     return ((row - table_base) & ~np.int64(ways - 1)) + table_base
 
 
-@njit(cache=True)
+@njit(cache=True, **NO_REFCOUNTS)
 def choose_rows(tab, ctx):
     """Every hashed context (tag >= 0) takes its row among the `ways` rows of its aligned group
     (row numbers within the table equal but for the low log2(ways) bits): the first whose tag is
@@ -280,6 +280,12 @@ def update(tab, ctx, y, k, t_lo, t_hi):
     counts of the other rows of its group, so that a row busy long ago gives way to newer contexts.
     Lanes take their rows in order, the lowest first, so the order in which they fill a row's slots
     is fixed."""
+    count_rows(tab, ctx, y, k, t_lo, t_hi, np.empty(k * (t_hi - t_lo), dtype=np.int64))
+
+
+@njit(cache=True, **NO_REFCOUNTS)
+def count_rows(tab, ctx, y, k, t_lo, t_hi, full):
+    """`update`'s work; full: room for every (lane, table)'s row (the rows past the limit)."""
     rows, tagv = ctx.rows, ctx.tagv
     counts, slot, n_dense, tags, recent = tab.counts, tab.slot, tab.n_dense, tab.tags, tab.recent
     n_slots = n_slots_of(slot)
@@ -309,7 +315,6 @@ def update(tab, ctx, y, k, t_lo, t_hi):
             row = rows[b, t]
             if row_tag(tab, row) == tagv[b, t]:
                 set_row_recent(recent, slot, n_dense, row, y[b])
-    full = np.empty(k * (t_hi - t_lo), dtype=np.int64)
     n_full = 0
     for b in range(k):
         for t in range(t_lo, t_hi):

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from dyncompress.experts.common import N_KINDS, ONE, P2, U64, fine_kind, mix64
+from dyncompress.experts.common import N_KINDS, NO_REFCOUNTS, ONE, P2, U64, fine_kind, mix64
 
 NAME = "match"
 TABLES = ()
@@ -98,10 +98,15 @@ def find(k, h, st):
     """After every lane's history has moved on: lanes without a match look one up (their own half
     first), then every lane files its position, the lowest last. Every lookup reads the table
     before any lane files."""
+    find_lanes(k, h, st, np.empty((k, 2), dtype=np.int64), np.empty((k, 2), dtype=np.int64))
+
+
+@njit(cache=True, **NO_REFCOUNTS)
+def find_lanes(k, h, st, slots, cands):
+    """`find`'s work; slots, cands (k, 2): room for every lane's two slots (the shared one, the
+    lane's own) and the candidates in them."""
     table, mlen, ptr, last, pos, hb = st.table, st.mlen, st.ptr, h.last, h.pos, h.hb
     n = np.int64(1) << hb
-    slots = np.empty((k, 2), dtype=np.int64)  # the shared slot, the lane's own
-    cands = np.empty((k, 2), dtype=np.int64)
     key_mask = np.uint64((1 << (8 * MATCH_MIN)) - 1)
     shift = U64 - np.uint64(st.bits)
     size = np.int64(1) << st.bits

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from dyncompress.experts import apm, column, counts, gap, history, match, mixer, orders, ppm, record, words, wrap
+from dyncompress.experts.common import NO_REFCOUNTS
 from dyncompress.experts.counts import Contexts, Tables
 from dyncompress.experts.history import History
 
@@ -125,21 +126,42 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
     frequencies `freqs` (B, 256); with the APM, the mixer's own go to f0 and the coded ones are those
     of z refined by `apm.predict`. Each mixer's own probabilities (`mixer.shares`) are left for its
     step."""
-    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
-    _, w, _, mt, pp, ap = states(es)
-    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
-    ev = (E0, base, ent, n_ent)
-    n_in = base.shape[1]
-    cols = mx.W.shape[1]
+    cols = mx[0].shape[1]
+    n_in = used[1].shape[1]
     scratch = (
         np.empty(cols, dtype=np.int64),
         np.empty(cols, dtype=np.int64),
         np.empty(cols // n_in, dtype=np.int64),
         np.empty(256, dtype=np.int64),
         np.empty(256, dtype=np.int64),
+        np.empty(256, dtype=np.bool_),
+        np.empty(256, dtype=np.int64),
     )
-    excl = np.empty(256, dtype=np.bool_)
-    p = np.empty(256, dtype=np.int64)
+    mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch)
+    h, mx, use_apm, ap = History(*h), mixer.State(*mx), Use(*use).apm, states(es)[5]
+    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
+    mixer.shares(z_fast[lo:hi], mx.exp, f_fast[lo:hi])
+    if mx.two:
+        mixer.shares(z_slow[lo:hi], mx.exp, f_slow[lo:hi])
+    if not use_apm:
+        mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
+        return
+    mixer.frequencies(z[lo:hi], mx.exp, f0[lo:hi])
+    apm.predict(z, f0, h, ap, lo, hi)
+    mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
+
+
+@njit(cache=True, **NO_REFCOUNTS)
+def mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch):
+    """`mix_step`'s loop over lanes lo ... hi - 1: every lane's inputs, weight rows and mixed logits.
+    scratch: (weights, weights_slow, common, acc, acc_slow, excl, p), `mix_step`'s."""
+    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
+    _, w, _, mt, pp, ap = states(es)
+    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
+    ev = (E0, base, ent, n_ent)
+    n_in = base.shape[1]
+    excl, p = scratch[5], scratch[6]
+    scratch = scratch[:5]
     for b in range(lo, hi):
         if use.network:
             mixer.network_input(b, logits, ev, mx.net_floor)
@@ -154,15 +176,6 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
         n_ent[b] = m
         mixer.choose(b, mx, sets, ctx.K, (bucket, state, order_seen, conf), h.last[b], w.word[b, 0])
         mixer.predict(b, mx, ev, m, sets, (z, z_fast, z_slow), scratch)
-    mixer.shares(z_fast[lo:hi], mx.exp, f_fast[lo:hi])
-    if mx.two:
-        mixer.shares(z_slow[lo:hi], mx.exp, f_slow[lo:hi])
-    if not use.apm:
-        mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
-        return
-    mixer.frequencies(z[lo:hi], mx.exp, f0[lo:hi])
-    apm.predict(z, f0, h, ap, lo, hi)
-    mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
 
 
 @njit(cache=True, parallel=True)
@@ -174,11 +187,12 @@ def mix_parts(parts, logits, use, h, tab, ctx, es, mx, used, freqs):
         mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, p * B // parts, (p + 1) * B // parts)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, **NO_REFCOUNTS)
 def advance(use, h, w, r, mt, y, k):
     """Every lane takes byte y: the match extends or ends (every check reads the history before any
     lane writes to it), the history, the record's votes, the word hashes and the last bytes move
-    on, then lanes without a match look one up and every lane files its position."""
+    on (then the caller's `match.find`: lanes without a match look one up, every lane files its
+    position)."""
     if use.match:
         for b in range(k):
             match.update(b, y[b], h, mt)
@@ -189,8 +203,6 @@ def advance(use, h, w, r, mt, y, k):
         if use.word:
             words.update(b, y[b], h, w)
         history.advance(h, b, y[b])
-    if use.match:
-        match.find(k, h, mt)
 
 
 @njit(cache=True)
@@ -208,6 +220,8 @@ def learn(use, h, tab, ctx, es, mx, used, coded, y, k):
     if ctx.K:
         counts.update(tab, ctx, y, k, np.int64(0), ctx.K)
     advance(use, h, w, r, mt, y, k)
+    if use.match:
+        match.find(k, h, mt)
 
 
 @njit(cache=True)
@@ -238,6 +252,8 @@ def learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G
     if split_sets < sets.shape[1]:
         mixer.steps(G, mx, sets, k, split_sets, sets.shape[1])
     advance(use, h, w, r, mt, y, k)
+    if use.match:
+        match.find(k, h, mt)
 
 
 @njit(cache=True, parallel=True)
