@@ -69,6 +69,26 @@ def rewrite_header(packed: bytes, edit) -> bytes:
     return body + pack_end(marker.total_len, marker.blocks, marker.digest, marker.frames, len(body))
 
 
+def cached_kernels() -> list[tuple[Path, Path]]:
+    """(a kernel module's file, one of the files of numba's cache of its kernels) for every kernel
+    this tree has compiled so far. The cache is keyed on the SHA-256 of every kernel source
+    (`kernel_cache`), not on paths: another copy of these sources, or another cache folder, given
+    these files loads them instead of compiling them again."""
+    import importlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    from dyncompress import kernel_cache
+
+    root = Path(kernel_cache.__file__).resolve().parent.parent
+    found = []
+    for path in map(Path, kernel_cache.kernel_files()):
+        module = importlib.import_module(".".join(path.relative_to(root).with_suffix("").parts))
+        kernel = next(v for v in vars(module).values() if isinstance(v, Dispatcher) and v._cache is not None)
+        found += [(path, cached) for cached in Path(kernel._cache._cache_path).glob(f"{path.stem}.*.nb[ic]")]
+    return found
+
+
 def run_cli(*args, input: bytes | None = None, cwd=None, env=None, **kw) -> subprocess.CompletedProcess:
     """The real command line in a fresh process: `python -m dyncompress ARGS`, or (the same code,
     the same pipes, ~2 s sooner) a fork of a process that has already imported it (see `_Zygote`).

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPORA, TINY, corpus, run_cli
+from conftest import CORPORA, TINY, cached_kernels, corpus, run_cli
 from dyncompress import DyncompressError, compress, decompress
 from dyncompress.config.levels import DEFAULT_MODEL
 from dyncompress.config.model import Model, ModelError, from_bytes, load, save
@@ -19,25 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def share_kernel_cache(target: Path) -> None:
-    """Copy numba's cache of this tree's kernels into the installed copy's `__pycache__` folders.
-    The cache is keyed on the SHA-256 of every kernel source (`kernel_cache`), not on their paths:
-    the copy, with the same sources, loads what this tree compiled instead of compiling it again
-    (a kernel not compiled here yet, it compiles itself)."""
-    import importlib
+    """Copy numba's cache of this tree's kernels into the installed copy's `__pycache__` folders
+    (`conftest.cached_kernels`): a kernel not compiled here yet, the copy compiles itself."""
     import shutil
 
-    from numba.core.dispatcher import Dispatcher
-
-    from dyncompress import kernel_cache
-
-    for path in kernel_cache.kernel_files():
-        relative = Path(path).relative_to(ROOT)
-        module = importlib.import_module(".".join(relative.with_suffix("").parts))
-        kernel = next(v for v in vars(module).values() if isinstance(v, Dispatcher) and v._cache is not None)
-        folder = target / relative.parent / "__pycache__"
+    for source, cached in cached_kernels():
+        folder = target / source.relative_to(ROOT).parent / "__pycache__"
         folder.mkdir(exist_ok=True)
-        for cached in Path(kernel._cache._cache_path).glob(f"{relative.stem}.*.nb[ic]"):
-            shutil.copyfile(cached, folder / cached.name)
+        shutil.copyfile(cached, folder / cached.name)
 
 
 def test_training_lowers_validation_bpb():
