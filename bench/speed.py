@@ -103,9 +103,7 @@ def main() -> int:
                         rss[name] = max(rss[name], m)
                         assert out.read_bytes() == data, f"{name} did not round-trip {file} at {level}"
                         digests[name] = payload_digest(packed)
-                speed = {
-                    k: {n: len(data) / 1000 / min(v[n]) for n in v} for k, v in (("e", enc), ("d", dec))
-                }
+                speed = {k: {n: len(data) / 1000 / min(v[n]) for n in v} for k, v in (("e", enc), ("d", dec))}
                 same = "same" if digests["old"] == digests["new"] else "DIFFERENT"
                 e, d = speed["e"], speed["d"]
                 print(
