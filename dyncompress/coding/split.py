@@ -158,12 +158,14 @@ class Chooser:
     products on `threads`) or on one, chosen by measuring.
 
     The coding loop asks `way` before each segment and reports the segment's steps and seconds
-    (`measured`). Time is counted in windows of at least `window_s` seconds (and two segments), each
-    in one way; a window's seconds per step is that way's speed now. The way in use (first: the
-    threads) is kept while it is the faster; the other is tried for one window after 4, 8, 16, ... up
-    to `max_wait` windows while it keeps losing (so a trial costs a few per cent of the time at
-    first and under one per cent later), and at once when the way in use slows down by half
-    (another process started). With one thread nothing is measured. The choice changes speed only,
+    (`measured`). Time is counted in windows of at least `window_s` seconds (a trial's: a quarter of
+    that) and two segments, each in one way; a window's seconds per step is that way's speed now.
+    The way in use (first: the threads) is kept while it is the faster; the other is tried for one
+    window after 4 windows, then after 4 times as many each time the threads win (2 times as many
+    while one thread wins: the threads pay again as soon as the other work ends), up to `max_wait`,
+    and at once when the way in use slows down by half (another process started). So trials cost a
+    few per cent of a short run's time and well under one per cent of a long one's. With one
+    thread nothing is measured. The choice changes speed only,
     never a bit: every lane's arithmetic is its own in any thread, and so is every matrix product's
     (exact arithmetic).
     """
@@ -191,7 +193,8 @@ class Chooser:
         self._steps += steps
         self._seconds += seconds
         self._segments += 1
-        if self._seconds < self.window_s or self._segments < 2:
+        trial = self.trying != self.using
+        if self._seconds < (self.window_s / 4 if trial else self.window_s) or self._segments < 2:
             return
         rate, way = self._seconds / self._steps, self.trying
         self._seconds, self._steps, self._segments = 0.0, 0, 0
@@ -200,7 +203,7 @@ class Chooser:
             if rate < self.speed[self.using]:
                 self.using, self.wait = way, FIRST_WAIT
             else:
-                self.wait = min(2 * self.wait, self.max_wait)
+                self.wait = min((4 if self.using == 0 else 2) * self.wait, self.max_wait)
             self.trying, self.countdown = self.using, self.wait
             return
         if before is not None and rate > 1.5 * before:  # slowed down: the other way may be faster now
