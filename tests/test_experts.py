@@ -74,3 +74,16 @@ def test_no_kernel_takes_more_than_about_a_dozen_arguments():
     assert len(kernels) > 40
     wide = {fn.__name__: n for fn in kernels if (n := len(inspect.signature(fn.py_func).parameters)) > MAX_ARGS}
     assert not wide, wide
+
+
+def test_the_kernels_that_loop_over_lanes_keep_no_reference_counts():
+    """(`experts.common`): with reference counts, every record an inlined helper takes costs an
+    atomic pair per array per lane, and the split's threads contend for them (`tools/refcounts.py`
+    finds those left in loops; it takes a minute to build every kernel afresh, so the suite checks
+    the option, and the payload tests that the bits are the same)."""
+    if not common.NO_REFCOUNTS:
+        pytest.skip("this numba has no option to build a kernel without reference counts")
+    loops = (step.mix_lanes, step.advance, counts.choose_rows, counts.count_rows, match.find_lanes)
+    assert all(kernel.targetoptions.get("_nrt") is False for kernel in loops)
+    # the kernels that allocate their scratch keep them (numba refuses an allocation without)
+    assert all("_nrt" not in kernel.targetoptions for kernel in (step.mix_step, counts.update, match.find))
