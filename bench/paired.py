@@ -40,12 +40,14 @@ LAYOUTS = {
 
 def import_old(tree: str, into: str) -> tuple[str, dict]:
     """OLD_TREE's package copied into `into` as `dyncompress_old` (its absolute imports and
-    resource lookups renamed) and imported: (layout, its modules by role)."""
+    resource lookups renamed, but for the models and corpora: this installation's) and imported:
+    (layout, its modules by role)."""
     target = Path(into) / "dyncompress_old"
     shutil.copytree(Path(tree) / "dyncompress", target, ignore=shutil.ignore_patterns("__pycache__"))
     for path in target.rglob("*.py"):
         text = path.read_text()
-        renamed = re.sub(r"(?<![\w.])dyncompress(?=[.\s\"'])", "dyncompress_old", text)
+        # (the models and corpora are data this installation has: `dyncompress.models` stays)
+        renamed = re.sub(r"(?<![\w.])dyncompress(?=[.\s\"'])(?!\.models|\.corpora)", "dyncompress_old", text)
         if renamed != text:
             path.write_text(renamed)
     sys.path.insert(0, into)
@@ -57,11 +59,11 @@ def new_modules() -> dict:
     return {role: importlib.import_module(f"dyncompress.{name}") for role, name in LAYOUTS["folders"].items()}
 
 
-def codec_for(mods: dict, level: str, size: int):
+def codec_for(mods: dict, level: str, size: int, **overrides):
     """A codec of this version for `size` bytes at `level` ("default", "fast" or a level number)."""
     model = None if level == "fast" else mods["model"].find(mods["settings"].DEFAULT_MODEL)
     knobs = {"hidden": 0} if level == "fast" else {"level": None if level == "default" else int(level)}
-    settings = mods["settings"].make_settings(model=model, size_hint=size, **knobs)
+    settings = mods["settings"].make_settings(model=model, size_hint=size, **knobs, **overrides)
     return mods["codec"].Codec(settings, model)
 
 
@@ -102,10 +104,12 @@ def main() -> int:
         new = new_modules()
         versions = {"old": old, "new": new}
         codecs = {name: codec_for(mods, a.level, len(data)) for name, mods in versions.items()}
-        warm = data[:2000]  # each version compiles (or loads) its kernels before the timing
+        warm = data[: a.block]  # each version compiles (or loads) its kernels before the timing
         versions["old"]["codec"].encode_block(codecs["old"], warm)
         new["split"]._started_by, new["split"]._usable = old["split"]._started_by, old["split"]._usable
         versions["new"]["codec"].encode_block(codecs["new"], warm)
+        for mods in versions.values():  # and the kernels of one thread (where a chooser tries it)
+            mods["codec"].encode_block(codec_for(mods, a.level, len(data), threads=1), warm[:2000])
         s = codecs["new"].s
         print(f"{a.level} level: {s.lanes} lanes, {s.threads} threads; old tree {a.old} ({layout} layout)")
         parts = {name: collections.defaultdict(float) for name in versions}
