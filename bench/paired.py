@@ -5,9 +5,10 @@ machine's drift (these machines run 10-20 % slower for minutes at a time) cannot
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old f395982`). Its package is
 copied under another name (`dyncompress_old`, in a temporary folder) so that both import side by
-side; each version builds its codec for the first `--size` bytes of FILE at the level, then both
-encode the same `--block`-byte blocks in turn, the order alternating, each codec keeping its state
-from block to block as a stream's codec does. numba's threads are started once, by the old codec;
+side; each version builds its codec for the first `--size` bytes of FILE at the level and codes the
+first block untimed (and a little on one thread: every kernel compiled or loaded), then both encode
+the same `--block`-byte blocks in turn, the order alternating, each codec keeping its state from
+block to block as a stream's codec does. numba's threads are started once, by the old codec;
 the new one's `split` is told so (else it would think them another's and code unsplit). Prints
 the ratio of the two versions' total seconds, the median and quartiles of the blocks' ratios, each
 part of the step in both (experts: prepare, mix, learn; network: forward, adapt), and whether every
