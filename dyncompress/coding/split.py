@@ -158,8 +158,8 @@ class Chooser:
     products on `threads`) or on one, chosen by measuring.
 
     The coding loop asks `way` before each segment and reports the segment's steps and seconds
-    (`measured`). Time is counted in windows of at least `window_s` seconds (a trial's: a quarter of
-    that) and two segments, each in one way; a window's seconds per step is that way's speed now.
+    (`measured`). Time is counted in windows of at least `window_s` seconds and two segments, each
+    in one way; a window's seconds per step is that way's speed now.
     The way in use (first: the threads) is kept while it is the faster; the other is tried for one
     window after 4 windows, then after 4 times as many each time the threads win (2 times as many
     while one thread wins: the threads pay again as soon as the other work ends), up to `max_wait`,
@@ -193,8 +193,7 @@ class Chooser:
         self._steps += steps
         self._seconds += seconds
         self._segments += 1
-        trial = self.trying != self.using
-        if self._seconds < (self.window_s / 4 if trial else self.window_s) or self._segments < 2:
+        if self._seconds < self.window_s or self._segments < 2:
             return
         rate, way = self._seconds / self._steps, self.trying
         self._seconds, self._steps, self._segments = 0.0, 0, 0
