@@ -45,7 +45,7 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     cache = tmp_path / "numba"
     env = {"NUMBA_CACHE_DIR": str(cache)}
     # numba's cache holds what this session compiled but `mix_step` (and its loop): the child must
-    # compile those (the rest, loaded, saves the suite the half minute a whole build takes)
+    # compile those, and loads the rest (the suite need not repeat a whole build)
     for source, cached in cached_kernels():
         if not cached.name.startswith(("step.mix_step", "step.mix_lanes")):
             folder = cache / caching._CacheLocator.get_suitable_cache_subpath(str(source))

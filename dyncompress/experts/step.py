@@ -139,7 +139,7 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
     )
     mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch)
     h, mx, use_apm, ap = History(*h), mixer.State(*mx), Use(*use).apm, states(es)[5]
-    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
+    z, z_fast, z_slow, f_fast, f_slow, f0 = used[5:]
     mixer.shares(z_fast[lo:hi], mx.exp, f_fast[lo:hi])
     if mx.two:
         mixer.shares(z_slow[lo:hi], mx.exp, f_slow[lo:hi])
@@ -156,11 +156,11 @@ def mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch):
     """`mix_step`'s loop over lanes lo ... hi - 1: every lane's inputs, weight rows and mixed logits.
     scratch: (weights, weights_slow, common, acc, acc_slow, excl, p), `mix_step`'s."""
     use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
-    _, w, _, mt, pp, ap = states(es)
-    E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0 = used
+    _, w, _, mt, pp, _ = states(es)
+    E0, base, ent, n_ent, sets, z, z_fast, z_slow = used[:8]
     ev = (E0, base, ent, n_ent)
     n_in = base.shape[1]
-    excl, p = scratch[5], scratch[6]
+    excl, p = scratch[5], scratch[6]  # (`ppm.predict`'s; the first five are `mixer.predict`'s)
     scratch = scratch[:5]
     for b in range(lo, hi):
         if use.network:
