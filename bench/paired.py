@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import importlib
 import os
 import re
@@ -118,10 +119,16 @@ def main() -> int:
             timed(codec, parts[name])
         seconds: dict[str, list[float]] = {"old": [], "new": []}
         same = True
+        # two versions' imports make a large heap, and a full collection of it (some 0.2 s) would
+        # land in whichever version's block it falls: the setup's objects are frozen, and each
+        # block starts after a collection
+        gc.collect()
+        gc.freeze()
         for i, at in enumerate(range(0, len(data), a.block)):
             block = data[at : at + a.block]
             payloads = {}
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                gc.collect()
                 began = time.perf_counter()
                 payloads[name] = versions[name]["codec"].encode_block(codecs[name], block)
                 seconds[name].append(time.perf_counter() - began)
