@@ -191,7 +191,7 @@ def test_a_skipped_segment_leaves_the_parameters_bit_identical(tiny, threshold):
     pred = Codec(settings, model).predictor
     running = None
     text = corpus("alice29.txt")[40000:42000]
-    tokens = np.frombuffer(text, dtype=np.uint8).astype(np.int32).reshape(2, -1).T  # two lanes
+    tokens = np.ascontiguousarray(np.frombuffer(text, dtype=np.uint8).astype(np.int32).reshape(2, -1).T)  # two lanes
     prev, active = np.zeros(2, dtype=np.int32), np.full(8, 2)
     skipped = stepped = 0
     for start in range(0, len(tokens) - 8, 8):
@@ -235,7 +235,7 @@ def test_the_tlm_weight_follows_its_formula_from_the_coded_bytes():
     T, B = 40, 5
     F = rng.integers(1, FREQ_TOTAL + 1, (T, B, 256)).astype(np.float64)
     F[:, :, 7] = f[:T, None]  # the extremes among them
-    y, active = rng.integers(0, 256, (T, B)), np.full(T, B)
+    y, active = rng.integers(0, 256, (T, B), dtype=np.int32), np.full(T, B)  # (as the codec holds the bytes)
     y[:5], active[-3:] = 7, 2  # a ragged end
     coded, bits = np.empty((T, B), dtype=np.int64), np.empty(B, dtype=np.int64)
     update_kernels.segment_costs(F, y, active, log2_table(), FREQ_BITS, LOG_FRAC, coded, bits)

@@ -221,7 +221,8 @@ class ExactMLSTM(CarriedState):
 
     def step_array(self, inputs: np.ndarray, t: int) -> np.ndarray:
         """`step` on numpy arrays where `fast` (on the CPU; no side weights, or LoRA on W_out alone): one
-        compiled call."""
+        compiled call. `inputs`: (B,) int32, contiguous, as the coding loop holds the bytes (numba
+        builds the kernels once per argument type: `step` hands them over the same way)."""
         x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
         gz = self.np_const[2]
         logits = np.empty((len(x), ALPHABET))
@@ -256,7 +257,7 @@ class ExactMLSTM(CarriedState):
         """Step t for every lane given the byte each saw last; returns the logits (B, 256) in
         units of 2^-12, exact multiples of 2^-20."""
         if self.fast:
-            return torch.from_numpy(self.step_array(inputs.numpy(), t))
+            return torch.from_numpy(self.step_array(np.ascontiguousarray(inputs.numpy(), dtype=np.int32), t))
         w = self.w
         prev, exm, h0, hm, m, gates, i, f, o, u, c0, c1, tc, tc_flat, h1 = self.views[t]
         prev.copy_(inputs)
@@ -323,10 +324,12 @@ class ExactMLSTM(CarriedState):
         """
         wb, H = self.wb, self.H
         B = targets.shape[1]
+        if self.compiled:  # (the kernels are built for the rows the codec hands in: contiguous)
+            y = np.ascontiguousarray(targets.numpy())
         if self.out_lora:  # d/dlogits and dl B^T in one compiled call, then the factors' gradients
             dl = torch.empty(T, B, ALPHABET, dtype=torch.float64)
             step_kernels.backward_out_lora(
-                self.np_F[:T], targets.numpy(), mask.numpy(), weighted, self.sb["w_out.B"].numpy(), dl.numpy(),
+                self.np_F[:T], y, mask.numpy(), weighted, self.sb["w_out.B"].numpy(), dl.numpy(),
                 self.np_LQ[:T], float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), GRAD_MAX,
             )  # fmt: skip
             self._weight_gradients(T, dl, None, None, None)
@@ -338,7 +341,7 @@ class ExactMLSTM(CarriedState):
             kernel, parts, whole = (
                 (step_kernels.backward_parts, (self.parts,), ()) if runs else (step_kernels.backward, (), (0, B))
             )
-            coded = (self.np_F[:T], targets.numpy(), mask.numpy(), weighted)
+            coded = (self.np_F[:T], y, mask.numpy(), weighted)
             saved = tuple(numpy_views(self.Z[:T], self.TC[:T], self.CS[:T], self.EXM[:T]))
             grads = (dl.numpy(), dH, dcfd, K, *numpy_views(dZ, dM, dMX))
             consts = (float(FREQ_TOTAL), 2.0 ** (G - FREQ_BITS), A, 2.0**FS, GRAD_MAX, DZ_MAX)
