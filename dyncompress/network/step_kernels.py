@@ -15,6 +15,9 @@ representable), so the order of a sum, a fused multiply-add (the matmul kernels 
 the torch calls' blocking cannot change it; a rounding is half to even (`np.rint`, as torch's
 `round_`), a clamp an exact comparison, and a table index the truncation of an exact
 non-negative value (as torch's `.long()`). `tests/test_exact.py` compares the two ways.
+
+A kernel that calls `matmul_nt` passes `add` as `np.bool_(...)`, not as the constant: numba types a
+constant as a literal and builds the callee once more for each (as the call from Python does not).
 """
 
 from __future__ import annotations
@@ -80,20 +83,20 @@ def forward(lanes, weights, consts):
     _, _, _, m_bound, _, c_scale, _, _, _, a_scale, p_bound = consts
     for b in range(x.shape[0]):
         x[b] = given[b]
-    matmul_nt(h0, w_mh_t, hm, 1.0, False)
+    matmul_nt(h0, w_mh_t, hm, 1.0, np.bool_(False))
     mult_gates_in(x, inputs, gate_in, hm, exm, m, gz, m_bound)
-    matmul_nt(m, w_m_t, gz, c_scale, True)
+    matmul_nt(m, w_m_t, gz, c_scale, np.bool_(True))
     cell(gz, consts, c0, gates, c1, tc, h1)
     for b in range(logits.shape[0]):
         for j in range(logits.shape[1]):
             logits[b, j] = a_scale * b_out[j]
-    matmul_nt(h1, w_out_t, logits, 1.0, True)
+    matmul_nt(h1, w_out_t, logits, 1.0, np.bool_(True))
     if lora_a_t.shape[0]:
-        matmul_nt(h1, lora_a_t, lora_p, 1.0, False)
+        matmul_nt(h1, lora_a_t, lora_p, 1.0, np.bool_(False))
         for b in range(lora_p.shape[0]):
             for i in range(lora_p.shape[1]):
                 lora_p[b, i] = min(max(np.rint(lora_p[b, i]), -p_bound), p_bound)
-        matmul_nt(lora_p, lora_b_t, logits, 1.0, True)
+        matmul_nt(lora_p, lora_b_t, logits, 1.0, np.bool_(True))
 
 
 @njit(cache=True)
@@ -175,7 +178,7 @@ def backward_out_lora(F, y, mask, weighted, lora_b, dl, q, freq_total, dl_scale,
     for t in range(T):
         for b in range(B):
             dlogits(F, y, mask, weighted, freq_total, dl_scale, dl, t, b)
-        matmul_nt(dl[t], lora_b, q[t], 1.0, False)
+        matmul_nt(dl[t], lora_b, q[t], 1.0, np.bool_(False))
         for b in range(B):
             for i in range(q.shape[2]):
                 q[t, b, i] = min(max(np.rint(q[t, b, i]), -g_bound), g_bound)
@@ -218,7 +221,7 @@ def backward(coded, saved, weights, grads, consts, lo, hi):
                 K[t, b, H + j] = np.rint(c * (f_ * (1.0 - f_)) * (fs / fa)) * (1.0 / fs)
                 K[t, b, 2 * H + j] = np.rint(tc * (o_ * (1.0 - o_)) * (fs / fa)) * (1.0 / fs)
                 K[t, b, 3 * H + j] = np.rint((aa - u_ * u_) * (1.0 / fa) * i_ * (fs / fa)) * (1.0 / fs)
-        matmul_nt(dl[t, lo:hi], w_out, dH[t, lo:hi], 1.0, False)
+        matmul_nt(dl[t, lo:hi], w_out, dH[t, lo:hi], 1.0, np.bool_(False))
         for b in range(lo, hi):
             for j in range(H):
                 dH[t, b, j] = np.rint(dH[t, b, j])
@@ -227,9 +230,9 @@ def backward(coded, saved, weights, grads, consts, lo, hi):
     dc = np.zeros((hi - lo, H))
     for t in range(T - 1, -1, -1):
         grad_gates(dH[t, lo:hi], dhn, dcn, dcfd[t, lo:hi], K[t, lo:hi], dc, dZ[t, lo:hi], g_bound, dz_bound)
-        matmul_nt(dZ[t, lo:hi], w_m, dM[t, lo:hi], 1.0, False)
+        matmul_nt(dZ[t, lo:hi], w_m, dM[t, lo:hi], 1.0, np.bool_(False))
         grad_mult(dM[t, lo:hi], exm[t, lo:hi], dMX[t, lo:hi], g_bound)
-        matmul_nt(dMX[t, lo:hi], w_mh, dhn, 1.0, False)
+        matmul_nt(dMX[t, lo:hi], w_mh, dhn, 1.0, np.bool_(False))
         grad_carry(dhn, dc, Z[t, lo:hi, H : 2 * H], dcn)
 
 
