@@ -1,5 +1,5 @@
 """Two versions' coding speed in one process, block by block in turn: a paired comparison that the
-machine's drift (these machines run 10-20 % slower for minutes at a time) cannot bias.
+machine's drift (these machines slow down for minutes at a time) cannot bias.
 
     python bench/paired.py OLD_TREE FILE [--size 1000000] [--block 50000] [--level default|fast|N]
 

@@ -79,7 +79,7 @@ def test_no_kernel_takes_more_than_about_a_dozen_arguments():
 def test_the_kernels_that_loop_over_lanes_keep_no_reference_counts():
     """(`experts.common`): with reference counts, every record an inlined helper takes costs an
     atomic pair per array per lane, and the split's threads contend for them (`tools/refcounts.py`
-    finds those left in loops; it takes a minute to build every kernel afresh, so the suite checks
+    finds those left in loops, building every kernel afresh, too slow for the suite: the suite checks
     the option, and the payload tests that the bits are the same)."""
     if not common.NO_REFCOUNTS:
         pytest.skip("this numba has no option to build a kernel without reference counts")

@@ -16,8 +16,8 @@ split: a file coded with `-T 2` decodes with `-T 1` and back. What learns across
 tables, the mixer's weights, the weights' gradients) stays in one thread, in its fixed order.
 
 Where the split cannot run safely or fast, the kernels run whole in the calling thread:
-- without an OpenMP (or TBB) layer for numba: its fallback (`workqueue`) costs about 100 us a
-  launch here, more than it saves, and may not be entered from two threads at once;
+- without an OpenMP (or TBB) layer for numba: its fallback (`workqueue`) costs more a launch than
+  a step's split saves, and may not be entered from two threads at once;
 - in a child forked from a process that has coded (`os.fork`, multiprocessing's "fork"): GNU
   OpenMP, under torch's threads and numba's, does not survive a fork once its threads have
   started, and coding starts them (torch's calls on the weights, at torch's own thread count,
@@ -159,14 +159,13 @@ class Chooser:
 
     The coding loop asks `way` before each segment and reports the segment's steps and seconds
     (`measured`). Time is counted in windows of at least `window_s` seconds and two segments, each
-    in one way; a window's seconds per step is that way's speed now.
-    The way in use (first: the threads) is kept while it is the faster; the other is tried for one
-    window after 4 windows, then after 4 times as many each time the threads win (2 times as many
-    while one thread wins: the threads pay again as soon as the other work ends), up to `max_wait`,
-    and at once when the way in use slows down by half (another process started). So trials cost a
-    few per cent of a short run's time and well under one per cent of a long one's. With one
-    thread nothing is measured. The choice changes speed only,
-    never a bit: every lane's arithmetic is its own in any thread, and so is every matrix product's
+    in one way; a window's seconds per step is that way's speed now. The way in use (first: the
+    threads) is kept while it is the faster; the other is tried for one window after 4 windows,
+    then after 4 times as many each time the threads win (2 times as many while one thread wins:
+    the threads pay again as soon as the other work ends), up to `max_wait`, and at once when the
+    way in use slows down by half (another process started): the trials' share of the time falls
+    as a run goes on. With one thread nothing is measured. The choice changes speed only, never a
+    bit: every lane's arithmetic is its own in any thread, and so is every matrix product's
     (exact arithmetic).
     """
 

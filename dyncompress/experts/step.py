@@ -109,7 +109,7 @@ def touch_lanes(tab, rows, lo, hi):
 @njit(cache=True, parallel=True)
 def touch_parts(parts, tab, rows):
     """`counts.touch` in the runs of lanes `mix_parts` mixes, each on its thread: every thread brings
-    in the rows it will read itself (one thread for all was slower: the other core then reads them
+    in the rows it will read itself (not one thread for all: the other core would then read them
     from this one's cache)."""
     B = rows.shape[0]
     total = np.zeros(parts, dtype=np.int64)

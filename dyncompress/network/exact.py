@@ -324,7 +324,7 @@ class ExactMLSTM(CarriedState):
         """
         wb, H = self.wb, self.H
         B = targets.shape[1]
-        if self.compiled:  # (the kernels are built for the rows the codec hands in: contiguous)
+        if self.fast:  # (the kernels are built for the rows the codec hands in: contiguous)
             y = np.ascontiguousarray(targets.numpy())
         if self.out_lora:  # d/dlogits and dl B^T in one compiled call, then the factors' gradients
             dl = torch.empty(T, B, ALPHABET, dtype=torch.float64)

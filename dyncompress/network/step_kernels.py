@@ -5,9 +5,9 @@ gradients in another (`backward`; with LoRA on W_out alone, `backward_out_lora`)
 they are made of, which the step with other side weights (sparse, LoRA elsewhere) calls one by
 one. Every matmul is a dot product along the rows of a float32 copy of the weights (`matmul_nt`;
 the forward's matrices are stored transposed for it), refreshed after each change of the weights
-(`round_weights`, `matrix_copies`). Before, some twenty torch calls a step each cost
-more in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls at a few rows ran
-at about half the machine's rate.
+(`round_weights`, `matrix_copies`). Compiled, because the same step as torch calls is some twenty
+calls, each dearer in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls are
+slow at a few rows.
 
 They compute what the torch calls compute (still used on other devices), bit for bit: every value
 is a float64 integer multiple of its unit and every product and sum is exact (its result is
@@ -254,9 +254,7 @@ def matmul_nt(x, W, out, alpha, add):
     """out = alpha x W^T (+ out if `add`) for x (B, K), W (N, K) (float32 or float64), out (B, N),
     alpha a power of two: dot products along W's contiguous rows, in blocks of four lanes by four
     rows (then two lanes, then one; the last N mod 4 rows one by one), so that each load of W
-    serves four lanes and each load of x four rows (1.3 times the speed of four lanes by one row
-    at 4 and 8 lanes; at 4 lanes W_m's product took half the time of a walk along the rows of W
-    untransposed, MKL's longer still). Exact in any order of the sums (reassociated, fused): every
+    serves four lanes and each load of x four rows. Exact in any order of the sums (reassociated, fused): every
     product and partial sum is a representable multiple of the units' product (the bounds of
     `exact`), and float32 weights are read exactly as float64."""
     B, K = x.shape
