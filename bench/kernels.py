@@ -5,7 +5,8 @@
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old f395982`); the new one
 is this checkout. Each process builds the fast level's statistics (`--fast`: 64 lanes, its tables
-for a 1 MB input; `--level default`: the default model's, 16 lanes; one thread, or with `--parts 2`
+for a 1 MB input; `--level default`: the default model's, 16 lanes; `--level 1`: -1's with the
+default model for alice29's size, 3 lanes; one thread, or with `--parts 2`
 the lanes split over two) with the experts named (`level` or `fast`: the level's own), codes the
 first `--warm` steps of FILE (the lanes side by side) so that
 the tables hold real counts, then times `--calls` calls of each kernel on that state (the best of 7
@@ -45,6 +46,8 @@ else:  # (the layout before the experts became modules)
 assert sys.modules[Experts.__module__].__file__.startswith(os.path.abspath(tree)), "imported from another tree"
 if level == "fast":
     s = make_settings(model=None, hidden=0, threads=1, size_hint=1_000_000)
+elif level == "1":  # -1 with the default model at alice29's size: 3 lanes
+    s = make_settings(model=find(DEFAULT_MODEL), level=1, threads=1, size_hint=152_089)
 else:  # the default level: the default model's statistics (the network's logits stay zeros here)
     s = make_settings(model=find(DEFAULT_MODEL), threads=1, size_hint=1_000_000)
 mix = s.mix if name in ("fast", "level") else replace(s.mix, experts=name, prior="")
@@ -101,9 +104,9 @@ def main() -> int:
     ap.add_argument("--parts", type=int, default=1, help="runs of lanes, one a thread (the split kernels: 2)")
     ap.add_argument(
         "--level",
-        choices=("fast", "default"),
+        choices=("fast", "default", "1"),
         default="fast",
-        help="whose statistics: --fast's, or the default level's (the default model's)",
+        help="whose statistics: --fast's, the default level's (the default model's), or -1's at alice29's size",
     )
     a = ap.parse_args()
     print(f"microseconds a call, the best of the rounds; {a.level} level's lanes in {a.parts} run(s), one a thread")

@@ -44,15 +44,15 @@ def compile_ahead(monkeypatch):
 def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tmp_path):
     cache = tmp_path / "numba"
     env = {"NUMBA_CACHE_DIR": str(cache)}
-    # numba's cache holds what this session compiled but `step.touch_lanes` (a small kernel the
+    # numba's cache holds what this session compiled but `step.contexts` (a small kernel the
     # command calls, at one thread): the child must compile it, and loads the rest (the suite need
     # not repeat a whole build)
     for source, cached in cached_kernels():
-        if not cached.name.startswith("step.touch_lanes"):
+        if not cached.name.startswith("step.contexts"):
             folder = cache / caching._CacheLocator.get_suitable_cache_subpath(str(source))
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cached, folder / cached.name)
-    assert not any(name.startswith("step.touch_lanes") for name in _cached_kernels(cache))
+    assert not any(name.startswith("step.contexts") for name in _cached_kernels(cache))
     src = tmp_path / "xargs.1"
     src.write_bytes(corpus("xargs.1"))
     # a source tree in the working directory, as beside an installed copy: the child must not import it
@@ -67,7 +67,7 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     # the child compiled the fast level's kernels into numba's cache and left the stamp
     assert [s.endswith("-fast-T1.compiled") for s in _stamps(cache)] == [True]
     compiled = _cached_kernels(cache)
-    assert any(name.startswith("step.touch_lanes") for name in compiled), compiled
+    assert any(name.startswith("step.contexts") for name in compiled), compiled
     (tmp_path / "xargs.1").rename(tmp_path / "original")
     # the decode reads the way the file was coded in its header: the fast level's, compiled
     r = run_cli("decode", "-T", "1", tmp_path / "xargs.1.dc", env=env)

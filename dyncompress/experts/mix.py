@@ -370,16 +370,10 @@ class Experts:
     # --- predicting -----------------------------------------------------------------
 
     def prepare(self) -> None:
-        """This step's count contexts (rows and tags, from the state after the last byte), and a
-        read of every cache line of their rows, all lanes at once (`counts.touch`; split, every run
-        of lanes on the thread that will mix it, `step.touch_parts`), so that their misses overlap
-        each other. `mix` prepares itself where this was not called."""
+        """This step's count contexts (rows and tags, from the state after the last byte). `mix`
+        prepares itself where this was not called."""
         if self.K:
             step.contexts(self._use, self._h, self._tab, self._ctx, self._es)
-            if self.parts > 1:
-                step.touch_parts(self.parts, self._tab, self._rows)
-            else:
-                step.touch_lanes(self._tab, self._rows, 0, self.B)
         self._ready = True
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:

@@ -4,7 +4,7 @@ all lanes.
     contexts      every lane's count contexts (rows and tags) from the state after the last byte
     mix_step      the mixer's inputs, its weight rows, the mixed logits and the coded frequencies
     learn         after the byte: the APM's and the mixers' steps, the counts, every expert's state
-    mix_parts, learn_parts, touch_parts   the same split over threads (`coding.split`)
+    mix_parts, learn_parts   the same split over threads (`coding.split`)
 
 The state travels in records (plain tuples at the call, each rebuilt here as its named record:
 numba reads a plain tuple's type several times faster than a named one's): `Use` (which experts
@@ -101,31 +101,16 @@ def contexts(use, h, tab, ctx, es):
 
 
 @njit(cache=True)
-def touch_lanes(tab, rows, lo, hi):
-    """`counts.touch` for lanes lo ... hi - 1."""
-    return counts.touch(Tables(*tab), rows, lo, hi)
-
-
-@njit(cache=True, parallel=True)
-def touch_parts(parts, tab, rows):
-    """`counts.touch` in the runs of lanes `mix_parts` mixes, each on its thread: every thread brings
-    in the rows it will read itself (not one thread for all: the other core would then read them
-    from this one's cache)."""
-    B = rows.shape[0]
-    total = np.zeros(parts, dtype=np.int64)
-    for p in prange(parts):
-        total[p] = touch_lanes(tab, rows, p * B // parts, (p + 1) * B // parts)
-    return total.sum()
-
-
-@njit(cache=True)
 def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by
     side): the mixer's inputs from the network's logits (float, units 2^-12) and the experts, the
     weight rows they choose (`used`'s sets, B x 8), the mixed logits z, and from z the coded
     frequencies `freqs` (B, 256); with the APM, the mixer's own go to f0 and the coded ones are those
     of z refined by `apm.predict`. Each mixer's own probabilities (`mixer.shares`) are left for its
-    step."""
+    step. First a read of every cache line of the lanes' count rows (`counts.touch`), on the thread
+    that mixes them, so that their misses overlap; returns its sum (which keeps the reads)."""
+    K, rows = Contexts(*ctx).K, Contexts(*ctx).rows
+    touched = counts.touch(Tables(*tab), rows, lo, hi) if K else np.int64(0)
     cols = mx[0].shape[1]
     n_in = used[1].shape[1]
     scratch = (
@@ -145,10 +130,11 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
         mixer.shares(z_slow[lo:hi], mx.exp, f_slow[lo:hi])
     if not use_apm:
         mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
-        return
+        return touched
     mixer.frequencies(z[lo:hi], mx.exp, f0[lo:hi])
     apm.predict(z, f0, h, ap, lo, hi)
     mixer.frequencies(z[lo:hi], mx.exp, freqs[lo:hi])
+    return touched
 
 
 @njit(cache=True, **NO_REFCOUNTS)
@@ -181,10 +167,13 @@ def mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch):
 @njit(cache=True, parallel=True)
 def mix_parts(parts, logits, use, h, tab, ctx, es, mx, used, freqs):
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread: it only reads the
-    tables, and writes each lane's own rows."""
+    tables, and writes each lane's own rows. Every thread reads the count rows it mixes into its own
+    cache (not one thread for all: the other core would then read them from this one's)."""
     B = logits.shape[0]
+    touched = np.zeros(parts, dtype=np.int64)
     for p in prange(parts):
-        mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, p * B // parts, (p + 1) * B // parts)
+        touched[p] = mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, p * B // parts, (p + 1) * B // parts)
+    return touched.sum()
 
 
 @njit(cache=True, **NO_REFCOUNTS)
