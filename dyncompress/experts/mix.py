@@ -333,6 +333,7 @@ class Experts:
             self.W, self.W_slow, self.updates, self.cls, self.two, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
             self.set_base, self.set_salts, self.set_shifts, s.kinds, self.exp, Z_BOUND, NET_FLOOR,
         )  # fmt: skip
+        self._st = step.make_records(self._use, self._h, self._tab, self._ctx, self._es, self._mx)
 
     def start_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """Both mixers' starting weights (W, W_slow), every byte class's column its input's weight
@@ -373,7 +374,7 @@ class Experts:
         """This step's count contexts (rows and tags, from the state after the last byte). `mix`
         prepares itself where this was not called."""
         if self.K:
-            step.contexts(self._use, self._h, self._tab, self._ctx, self._es)
+            step.contexts(self._st)
         self._ready = True
 
     def mix(self, logits: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -387,7 +388,7 @@ class Experts:
         z = np.empty((B, 256), dtype=np.int64)
         freqs = np.empty((B, 256), dtype=np.int64)
         used = (*self._ev, self._sets, z, self._z_fast, self._z_slow, self._f_fast, self._f_slow, self._f0)
-        records = (self._use, self._h, self._tab, self._ctx, self._es, self._mx, used, freqs)
+        records = (self._st, used, freqs)
         if self.parts > 1:
             step.mix_parts(self.parts, np.ascontiguousarray(logits), *records)
         else:
@@ -407,7 +408,7 @@ class Experts:
             return
         y = np.ascontiguousarray(y[:k], dtype=np.int64)
         coded = np.ascontiguousarray(freqs, dtype=np.int64)
-        records = (self._use, self._h, self._tab, self._ctx, self._es, self._mx, used["used"], coded, y, k)
+        records = (self._st, used["used"], coded, y, k)
         if self.parts > 1:  # the same kernels, side by side (`split`, `step.learn_parts`)
             step.learn_parts(self.parts, (self.split_tables, self.split_sets), *records)
         else:

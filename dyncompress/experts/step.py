@@ -6,13 +6,13 @@ all lanes.
     learn         after the byte: the APM's and the mixers' steps, the counts, every expert's state
     mix_parts, learn_parts   the same split over threads (`coding.split`)
 
-The state travels in records (plain tuples at the call, each rebuilt here as its named record:
-numba reads a plain tuple's type several times faster than a named one's): `Use` (which experts
-run), `history.History`, `counts.Tables`, `counts.Contexts`, the experts' own states `es` = (orders,
-word, record, match, ppm, apm; `EXPERT_STATES`), `mixer.State`, and `used`, what a step leaves for
-learning: (E0, base, ent, n_ent, sets, z, z_fast, z_slow, f_fast, f_slow, f0), the first four the
-sparse evidence ev (`mixer`). Records hold no records: numba's parallel loops cannot take a tuple
-within a tuple.
+The state travels in records (plain tuples, each rebuilt here as its named record: numba reads a
+plain tuple's type several times faster than a named one's): `Use` (which experts run),
+`history.History`, `counts.Tables`, `counts.Contexts`, the experts' own states `es` = (orders, word,
+record, match, ppm, apm; `EXPERT_STATES`), `mixer.State`, the six of them held in one `Records` at
+the calls from Python, and `used`, what a step leaves for learning: (E0, base, ent, n_ent, sets, z,
+z_fast, z_slow, f_fast, f_slow, f0), the first four the sparse evidence ev (`mixer`). Records hold
+no records: numba's parallel loops cannot take a tuple within a tuple (a `Records` they take whole).
 
 Every expert takes part through its module's `predict` (its contexts, or its evidence) and `update`
 (its state after the byte); the order below is the order of the tables and of the mixer's inputs:
@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
+from numba.core import types
+from numba.experimental import structref
 
 from dyncompress.experts import apm, column, counts, gap, history, match, mixer, orders, ppm, record, words, wrap
 from dyncompress.experts.common import NO_REFCOUNTS
@@ -63,6 +65,31 @@ def flat_states(states: tuple) -> tuple:
     return tuple(field for state in states for field in state)
 
 
+@structref.register
+class RecordsType(types.StructRef):
+    """numba's type of `Records`: one field per record, each the plain tuple the kernels rebuild."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(t)) for name, t in fields)
+
+
+class Records(structref.StructRefProxy):
+    """The experts' state records in one object (use, h, tab, ctx, es, mx, each a plain tuple), made
+    once per reset of the tables (`make_records`). A kernel called from Python takes it as one
+    argument: numba then unboxes one pointer a call, not each of the records' some 60 values (arrays
+    and scalars), and a parallel loop launches with one value instead of all of them flattened."""
+
+
+structref.define_proxy(Records, RecordsType, ["use", "h", "tab", "ctx", "es", "mx"])
+
+
+@njit(cache=True)
+def make_records(use, h, tab, ctx, es, mx):
+    """`Records` of these records (compiled and cached here: the proxy's own constructor is compiled
+    afresh in every process)."""
+    return Records(use, h, tab, ctx, es, mx)
+
+
 @njit(cache=True, inline="always")
 def states(es):
     """The experts' states `es` as their records."""
@@ -77,11 +104,11 @@ def states(es):
 
 
 @njit(cache=True)
-def contexts(use, h, tab, ctx, es):
+def contexts(st):
     """Every lane's row and tag in every count table, in the tables' order; then, with `ways` > 1,
-    every hashed context takes its row in its group (`counts.choose_rows`)."""
-    use, h, tab, ctx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx)
-    o, w, r, _, _, _ = states(es)
+    every hashed context takes its row in its group (`counts.choose_rows`). st: `Records`."""
+    use, h, tab, ctx = Use(*st.use), History(*st.h), Tables(*st.tab), Contexts(*st.ctx)
+    o, w, r, _, _, _ = states(st.es)
     for b in range(ctx.rows.shape[0]):
         t = 0
         if use.orders:
@@ -101,7 +128,7 @@ def contexts(use, h, tab, ctx, es):
 
 
 @njit(cache=True)
-def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
+def mix_step(logits, st, used, freqs, lo, hi):
     """Lanes lo ... hi - 1 (every lane's mixing is its own: `mix_parts` runs runs of lanes side by
     side): the mixer's inputs from the network's logits (float, units 2^-12) and the experts, the
     weight rows they choose (`used`'s sets, B x 8), the mixed logits z, and from z the coded
@@ -109,6 +136,7 @@ def mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi):
     of z refined by `apm.predict`. Each mixer's own probabilities (`mixer.shares`) are left for its
     step. First a read of every cache line of the lanes' count rows (`counts.touch`), on the thread
     that mixes them, so that their misses overlap; returns its sum (which keeps the reads)."""
+    use, h, tab, ctx, es, mx = st.use, st.h, st.tab, st.ctx, st.es, st.mx
     K, rows = Contexts(*ctx).K, Contexts(*ctx).rows
     touched = counts.touch(Tables(*tab), rows, lo, hi) if K else np.int64(0)
     cols = mx[0].shape[1]
@@ -165,14 +193,14 @@ def mix_lanes(logits, use, h, tab, ctx, es, mx, used, freqs, lo, hi, scratch):
 
 
 @njit(cache=True, parallel=True)
-def mix_parts(parts, logits, use, h, tab, ctx, es, mx, used, freqs):
+def mix_parts(parts, logits, st, used, freqs):
     """`mix_step` with the lanes cut into `parts` runs of lanes, one per thread: it only reads the
     tables, and writes each lane's own rows. Every thread reads the count rows it mixes into its own
     cache (not one thread for all: the other core would then read them from this one's)."""
     B = logits.shape[0]
     touched = np.zeros(parts, dtype=np.int64)
     for p in prange(parts):
-        touched[p] = mix_step(logits, use, h, tab, ctx, es, mx, used, freqs, p * B // parts, (p + 1) * B // parts)
+        touched[p] = mix_step(logits, st, used, freqs, p * B // parts, (p + 1) * B // parts)
     return touched.sum()
 
 
@@ -195,12 +223,12 @@ def advance(use, h, w, r, mt, y, k):
 
 
 @njit(cache=True)
-def learn(use, h, tab, ctx, es, mx, used, coded, y, k):
+def learn(st, used, coded, y, k):
     """After byte y (B,) was coded with `coded` (B, 256) for the first k lanes: the APM learns from
     what was coded (before the history moves on), the mixers from their own probabilities, the
     count tables count y, and every expert's state moves on."""
-    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
-    _, w, r, mt, _, ap = states(es)
+    use, h, tab, ctx, mx = Use(*st.use), History(*st.h), Tables(*st.tab), Contexts(*st.ctx), mixer.State(*st.mx)
+    _, w, r, mt, _, ap = states(st.es)
     E0, base, ent, n_ent, sets, _, _, _, f_fast, f_slow, _ = used
     ev = (E0, base, ent, n_ent)
     if use.apm:
@@ -214,18 +242,18 @@ def learn(use, h, tab, ctx, es, mx, used, coded, y, k):
 
 
 @njit(cache=True)
-def gradient_part(mx, used, y, lo, hi, G):
+def gradient_part(st, used, y, lo, hi, G):
     """`mixer.gradients` of lanes lo ... hi - 1 into G (2, k, columns): the fast mixer's, the slow one's."""
     E0, base, ent, n_ent, _, _, _, _, f_fast, f_slow, _ = used
-    mixer.gradients((E0, base, ent, n_ent), (f_fast, f_slow), mixer.State(*mx), y, lo, hi, G[0], G[1])
+    mixer.gradients((E0, base, ent, n_ent), (f_fast, f_slow), mixer.State(*st.mx), y, lo, hi, G[0], G[1])
 
 
 @njit(cache=True)
-def learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G):
+def learn_section(section, split, st, used, coded, y, k, G):
     """One of `learn_parts`'s two sections: (0) the mixers' steps in the first split[1] weight sets and
     the first split[0] count tables; (1) the APM's step, the other tables and sets, and `advance`."""
-    use, h, tab, ctx, mx = Use(*use), History(*h), Tables(*tab), Contexts(*ctx), mixer.State(*mx)
-    _, w, r, mt, _, ap = states(es)
+    use, h, tab, ctx, mx = Use(*st.use), History(*st.h), Tables(*st.tab), Contexts(*st.ctx), mixer.State(*st.mx)
+    _, w, r, mt, _, ap = states(st.es)
     sets = used[4]
     split_tables, split_sets = split
     G = (G[0], G[1])
@@ -246,14 +274,14 @@ def learn_section(section, split, use, h, tab, ctx, es, mx, used, coded, y, k, G
 
 
 @njit(cache=True, parallel=True)
-def learn_parts(parts, split, use, h, tab, ctx, es, mx, used, coded, y, k):
+def learn_parts(parts, split, st, used, coded, y, k):
     """`learn`'s kernels in two sections side by side, one per thread (`learn_section`). They touch
     disjoint memory (every weight set and count table its own rows; the APM reads the last bytes
     before `advance` moves them on, in its own section), and each kernel runs as it does alone: the
     same state for any split. Before them, the mixers' gradients, every lane's its own, in `parts`
     runs of lanes."""
-    G = np.empty((2, k, mx[0].shape[1]), dtype=np.int64)  # (W's columns)
+    G = np.empty((2, k, st.mx[0].shape[1]), dtype=np.int64)  # (W's columns)
     for p in prange(parts):
-        gradient_part(mx, used, y, p * k // parts, (p + 1) * k // parts, G)
+        gradient_part(st, used, y, p * k // parts, (p + 1) * k // parts, G)
     for section in prange(2):
-        learn_section(np.int64(section), split, use, h, tab, ctx, es, mx, used, coded, y, k, G)
+        learn_section(np.int64(section), split, st, used, coded, y, k, G)
