@@ -322,7 +322,7 @@ class Experts:
         self.rec_at, self.rec = es[2].at, es[2].rec
         self.match_table, self.ptr, self.mlen = es[3].table, es[3].ptr, es[3].mlen
         self.apm, self.apm2, self._apm_at = es[5].apm, es[5].apm2, es[5].at
-        # the records the kernels take (`step`), as plain tuples
+        # the records the kernels take (`step`), as plain tuples, held in one `step.Records`
         self._h = tuple(h)
         self._tab = (
             self.counts, self.slot, self.n_dense, self.tags, self.recent, self.base, self.shift, s.ways,
