@@ -323,17 +323,15 @@ class Experts:
         self.match_table, self.ptr, self.mlen = es[3].table, es[3].ptr, es[3].mlen
         self.apm, self.apm2, self._apm_at = es[5].apm, es[5].apm2, es[5].at
         # the records the kernels take (`step`), as plain tuples, held in one `step.Records`
-        self._h = tuple(h)
         self._tab = (
             self.counts, self.slot, self.n_dense, self.tags, self.recent, self.base, self.shift, s.ways,
             s.count_limit, self.log,
         )  # fmt: skip
-        self._es = step.flat_states(es)
-        self._mx = (
+        mx = (
             self.W, self.W_slow, self.updates, self.cls, self.two, self.lr, self.lr_start, RATE_SETTLE, W_BOUND,
             self.set_base, self.set_salts, self.set_shifts, s.kinds, self.exp, Z_BOUND, NET_FLOOR,
         )  # fmt: skip
-        self._st = step.make_records(self._use, self._h, self._tab, self._ctx, self._es, self._mx)
+        self._st = step.make_records(self._use, tuple(h), self._tab, self._ctx, step.flat_states(es), mx)
 
     def start_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """Both mixers' starting weights (W, W_slow), every byte class's column its input's weight

@@ -137,8 +137,8 @@ def mix_step(logits, st, used, freqs, lo, hi):
     step. First a read of every cache line of the lanes' count rows (`counts.touch`), on the thread
     that mixes them, so that their misses overlap; returns its sum (which keeps the reads)."""
     use, h, tab, ctx, es, mx = st.use, st.h, st.tab, st.ctx, st.es, st.mx
-    K, rows = Contexts(*ctx).K, Contexts(*ctx).rows
-    touched = counts.touch(Tables(*tab), rows, lo, hi) if K else np.int64(0)
+    lanes_ctx = Contexts(*ctx)
+    touched = counts.touch(Tables(*tab), lanes_ctx.rows, lo, hi) if lanes_ctx.K else np.int64(0)
     cols = mx[0].shape[1]
     n_in = used[1].shape[1]
     scratch = (
