@@ -280,11 +280,16 @@ def cross_input(case: str) -> bytes:
 
 # The generic kernels are compiled by a process that the session starts when it will run a
 # portability test (`portable_kernels`): it codes every case of CROSS_CASES both ways under them,
-# into their cache, on the other core while the first tests compile the machine's own kernels. The
+# into their cache, on the other core while the first tests compile the machine's own kernels. It
+# runs at Linux's idle priority (SCHED_IDLE), on what the tests leave free: its codings split their
+# lanes over two threads, and two such processes on two cores wait at each other's barriers (test_api
+# beside it took three times as long as alone, longer than the two one after the other). The
 # tests then decode under kernels compiled for a generic CPU all the same; a kernel the warm-up
 # missed (or a warm-up that failed: its log is in the cache folder) they compile themselves.
 _WARM_UP = r"""
 import json, os, sys, tempfile
+if hasattr(os, "SCHED_IDLE"):  # (before numba's and torch's threads start: they inherit it)
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 from dyncompress.cli.main import main
 folder = tempfile.mkdtemp(dir=sys.argv[1])
 for i, (args, data) in enumerate(json.loads(sys.stdin.read())):
