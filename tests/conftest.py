@@ -288,8 +288,10 @@ def cross_input(case: str) -> bytes:
 # missed (or a warm-up that failed: its log is in the cache folder) they compile themselves.
 _WARM_UP = r"""
 import json, os, sys, tempfile
-if hasattr(os, "SCHED_IDLE"):  # (before numba's and torch's threads start: they inherit it)
+try:  # (before numba's and torch's threads start: they inherit it)
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+except (AttributeError, OSError):  # not Linux, or not allowed here: the normal priority
+    pass
 from dyncompress.cli.main import main
 folder = tempfile.mkdtemp(dir=sys.argv[1])
 for i, (args, data) in enumerate(json.loads(sys.stdin.read())):
