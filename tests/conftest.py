@@ -282,8 +282,8 @@ def cross_input(case: str) -> bytes:
 # portability test (`portable_kernels`): it codes every case of CROSS_CASES both ways under them,
 # into their cache, on the other core while the first tests compile the machine's own kernels. It
 # runs at Linux's idle priority (SCHED_IDLE), on what the tests leave free: its codings split their
-# lanes over two threads, and two such processes on two cores wait at each other's barriers (test_api
-# beside it took three times as long as alone, longer than the two one after the other). The
+# lanes over two threads, as the tests' do, and two such processes on two cores each wait at their
+# barriers for a thread the other has descheduled. The
 # tests then decode under kernels compiled for a generic CPU all the same; a kernel the warm-up
 # missed (or a warm-up that failed: its log is in the cache folder) they compile themselves.
 _WARM_UP = r"""
