@@ -14,6 +14,7 @@ checks it, lazy and TYPE_CHECKING imports included):
     config/      settings and levels, the network's shape, model files
     network/     the mLSTM: float (training) and exact (coding), its kernels and update rules
     experts/     the byte statistics and the mixer
+    bitwise/     the bitwise engine: context mixing a bit at a time, its binary coder
     coding/      the predictor, the coding loop, the range coder, threads, workers, measuring
     training/    training a model on text sources
     api, auto, cluster                 the Python API: streams, the start chosen per input, clusters

@@ -23,8 +23,8 @@ import os
 
 from numba.core import caching
 
-# the modules numba caches kernels of (cache=True), by path in the package: the network's three and
-# every module of the experts package but its Python side (`mix`, `__init__`)
+# the modules numba caches kernels of (cache=True), by path in the package: the network's three,
+# every module of the experts package but its Python side (`mix`, `__init__`), the bitwise engine's
 EXPERT_KERNELS = tuple(
     sorted(
         name[: -len(".py")]
@@ -32,11 +32,13 @@ EXPERT_KERNELS = tuple(
         if name.endswith(".py") and name not in ("mix.py", "__init__.py")
     )
 )
+BITWISE_KERNELS = ("coder", "engine", "tree")  # the bitwise engine's (`tables` has none)
 KERNEL_FILES = (
     "network/int_kernels.py",
     "network/step_kernels.py",
     "network/update_kernels.py",
     *(f"experts/{name}.py" for name in EXPERT_KERNELS),
+    *(f"bitwise/{name}.py" for name in BITWISE_KERNELS),
 )
 _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # (its name before numba 0.61)
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,408 @@
+"""The engine: models of what each bit will be, a two-layer mixer, APMs, and the loop that codes.
+
+Per byte, every context model has a context (a hash of the bytes before it); per nibble, that
+context and the nibble's first bits choose a slot of 16 bytes in the hash table: a check byte and
+the bit histories (`tables.States`) of the nibble's 15 tree nodes. Per bit, each model's history at
+the node of the bits so far is read through its state map (what that history has meant for this
+model, learned) and stretched; the match model offers the bit that followed the longest recent
+repeat, weighted by the repeat's length. The inputs
+
+    x_i = stretch(p_i)        (1/256 nat, |x| <= 2047)
+
+are added by several mixers, each with weights chosen by its own small context (the bits of the
+byte so far, the last byte, the match's length and the bit's position), each trained on its own
+error; a final mixer adds their outputs. Two APMs refine the result by the byte's first bits and by
+the last two bytes. Every number is an integer (weights 16.16, probabilities 12 bits, state maps 22
+bits), so encoder and decoder on any machine compute the same.
+
+`Engine` holds the arrays; `code_span` (compiled) codes bytes [start, stop) of a buffer, encoding or
+decoding, through one code path.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress.bitwise import coder
+from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
+
+# the hashed context models: orders 2, 3, 4, 6 of the bytes before, the current word, the current
+# and the previous word, and the word with the byte before it; orders 0 and 1 index tables directly
+HASHED = 9
+DIRECT = 2
+MODELS = DIRECT + HASHED
+N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
+MIXER_SETS = (256, 256, 256, 64)  # the first-layer mixers' weight sets: by the byte's bits so far, by the
+# last byte, by the match's length bucket and the bit's position
+MATCH_MIN = 6  # the bytes the match model hashes to find a repeat
+MATCH_BUCKETS = 16
+SM_LIMIT = 1023  # a state map's count limit: its rate settles at 1 / (SM_LIMIT + 1.5)
+MIX_RATE = 24  # the first layer's learning rate: a weight moves x * err * MIX_RATE / 2^16
+FINAL_RATE = 8
+W_INIT = 1 << 14  # a first-layer weight's start (0.25)
+APM_RATE = 7  # an APM point moves 1 / 2^7 of the way to each bit
+
+# registers (an int64 array: every value the loop carries from one bit to the next)
+C0, C4, C8, BITPOS, WORD, WORD1, MPTR, MLEN, POS, MPRED = range(10)
+N_REGS = 10
+
+
+class Model(NamedTuple):
+    """Everything the engine learns and carries. reg (N_REGS,) int64: the registers above; ctx
+    (HASHED,) uint64: the hashed models' byte contexts; slot (HASHED,) int64: their current slots'
+    first byte in `table`; table (2^tb * 16,) uint8: the hash table's slots (check, 15 histories);
+    o0 (256,) and o1 (65536,) uint8: the direct models' histories; sm (MODELS, 256) int64 and sn
+    (MODELS, 256): the state maps' probabilities (2^-22) and counts; ring (2^rb,) uint8: the bytes
+    seen (the match model's history); mtab (2^mb,) int64: the position after a hash of MATCH_MIN
+    bytes; msm, msn (2 * MATCH_BUCKETS * 2,): the match model's map, by length bucket, expected bit
+    and whether it still agrees; w1 (sum MIXER_SETS, N_INPUTS) int64, w2 (len(MIXER_SETS) + 1,)
+    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,) int64: the APMs' points (2^-16);
+    x (N_INPUTS,) int64 scratch; sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,):
+    the state machine and its priorities; init (256,): a state map's start."""
+
+    reg: np.ndarray
+    ctx: np.ndarray
+    slot: np.ndarray
+    table: np.ndarray
+    o0: np.ndarray
+    o1: np.ndarray
+    sm: np.ndarray
+    sn: np.ndarray
+    ring: np.ndarray
+    mtab: np.ndarray
+    msm: np.ndarray
+    msn: np.ndarray
+    w1: np.ndarray
+    w2: np.ndarray
+    apm1: np.ndarray
+    apm2: np.ndarray
+    x: np.ndarray
+    sq: np.ndarray
+    st: np.ndarray
+    nxt: np.ndarray
+    pri: np.ndarray
+    recip: np.ndarray
+
+
+def _apm_start(contexts: int) -> np.ndarray:
+    """APM points that leave a probability as it is: point k at squash((k - 16) * 128), in 2^-16."""
+    sq = squash_table()
+    d = np.clip((np.arange(33) - 16) * 128, -STRETCH_LIMIT, STRETCH_LIMIT)
+    return np.tile(sq[d + STRETCH_LIMIT] * 16, contexts).astype(np.int64)
+
+
+def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -> Model:
+    """A fresh model: 2^table_bits slots of 16 bytes, a ring of 2^ring_bits bytes, 2^match_bits
+    match positions."""
+    s = states()
+    sm = np.tile(s.initial_probability(), (MODELS, 1))
+    half = np.full(4 * MATCH_BUCKETS, 1 << 21, dtype=np.int64)
+    reg = np.zeros(N_REGS, dtype=np.int64)
+    reg[C0] = 1
+    return Model(
+        reg=reg,
+        ctx=np.zeros(HASHED, dtype=np.uint64),
+        slot=np.zeros(HASHED, dtype=np.int64),
+        table=np.zeros((1 << table_bits) * 16, dtype=np.uint8),
+        o0=np.zeros(256, dtype=np.uint8),
+        o1=np.zeros(1 << 16, dtype=np.uint8),
+        sm=sm,
+        sn=np.zeros((MODELS, 256), dtype=np.int64),
+        ring=np.zeros(1 << ring_bits, dtype=np.uint8),
+        mtab=np.zeros(1 << match_bits, dtype=np.int64),
+        msm=half,
+        msn=np.zeros(4 * MATCH_BUCKETS, dtype=np.int64),
+        w1=np.full((sum(MIXER_SETS), N_INPUTS), W_INIT, dtype=np.int64),
+        w2=np.append(np.full(len(MIXER_SETS), (1 << 16) // len(MIXER_SETS)), 0).astype(np.int64),
+        apm1=_apm_start(256),
+        apm2=_apm_start(1 << 16),
+        x=np.zeros(N_INPUTS, dtype=np.int64),
+        sq=squash_table(),
+        st=stretch_table(),
+        nxt=s.next,
+        pri=s.priority,
+        recip=np.array([(1 << 17) // (2 * n + 3) for n in range(SM_LIMIT + 1)], dtype=np.int64),
+    )
+
+
+P1 = np.uint64(0x9E3779B97F4A7C15)
+P2 = np.uint64(0xBF58476D1CE4E5B9)
+U29, U31, U32, U56 = np.uint64(29), np.uint64(31), np.uint64(32), np.uint64(56)
+
+
+@njit(cache=True, inline="always")
+def mix64(x):
+    """A 64-bit hash of x (uint64)."""
+    x = (x ^ (x >> U31)) * P1
+    return (x ^ (x >> U29)) * P2
+
+
+@njit(cache=True, inline="always")
+def squash(d, sq):
+    """The probability (12 bits) of a stretched value d, clipped to |d| <= 2047."""
+    if d > STRETCH_LIMIT:
+        d = STRETCH_LIMIT
+    if d < -STRETCH_LIMIT:
+        d = -STRETCH_LIMIT
+    return sq[d + STRETCH_LIMIT]
+
+
+@njit(cache=True, inline="always")
+def find_slot(table, key, pri):
+    """The first byte of the slot for context hash `key` (uint64): one of the four slots of its
+    64-byte group whose check byte matches, else the one whose first history has seen least,
+    cleared and claimed."""
+    group = np.int64(key >> np.uint64(40)) & ((len(table) >> 6) - 1)
+    check = np.uint8((key >> U32) & np.uint64(255))
+    base = group << 6
+    best = base
+    best_pri = np.int64(1 << 30)
+    for k in range(4):
+        s = base + (k << 4)
+        if table[s] == check:
+            return s
+        pr = pri[table[s + 1]]
+        if pr < best_pri:
+            best_pri = pr
+            best = s
+    for k in range(16):
+        table[best + k] = 0
+    table[best] = check
+    return best
+
+
+@njit(cache=True, inline="always")
+def apm_predict(t, cx, pr, st):
+    """An APM's refined probability (12 bits) of pr in context cx, and the point the bit trains:
+    the stretch of pr places it between two of the context's 33 points, interpolated."""
+    s = st[pr] + 2048  # 1 ... 4095
+    lo = s >> 7
+    w = s & 127
+    i = cx * 33 + lo
+    p = (t[i] * (128 - w) + t[i + 1] * w) >> 11
+    return p, i + (w >> 6)
+
+
+@njit(cache=True, inline="always")
+def sm_update(sm, sn, row, s, y, recip):
+    """A state map's entry (row, s) moves toward bit y by 1 / (its count + 1.5)."""
+    n = sn[row, s]
+    sm[row, s] += (((y << 22) - sm[row, s]) * recip[n]) >> 16
+    if n < SM_LIMIT:
+        sn[row, s] = n + 1
+
+
+@njit(cache=True)
+def code_span(m, data, start, stop, st, buf, decode):
+    """Code bytes start ... stop - 1 of `data` (uint8): encoding, read them; decoding, write them.
+    st, buf: the coder's (`coder`). Every model learns from every bit as it is coded."""
+    reg = m.reg
+    ring = m.ring
+    rmask = len(ring) - 1
+    mmask = len(m.mtab) - 1
+    x = m.x
+    sets0 = MIXER_SETS[0]
+    sets1 = sets0 + MIXER_SETS[1]
+    sets2 = sets1 + MIXER_SETS[2]
+    pr_l1 = np.zeros(len(MIXER_SETS), dtype=np.int64)
+    row_l1 = np.zeros(len(MIXER_SETS), dtype=np.int64)
+    node = np.zeros(MODELS, dtype=np.int64)
+    for i in range(start, stop):
+        c = np.int64(data[i]) if not decode else np.int64(0)
+        for bit in range(8):
+            c0 = reg[C0]
+            # the models' inputs
+            if bit == 0 or bit == 4:
+                for k in range(HASHED):
+                    key = mix64(m.ctx[k] + np.uint64(c0) * P2 + np.uint64(k))
+                    m.slot[k] = find_slot(m.table, key, m.pri)
+            j = c0 if bit < 4 else ((c0 & ((1 << (bit - 4)) - 1)) | (1 << (bit - 4)))
+            c1 = reg[C4] & 255
+            node[0] = c0
+            node[1] = (c1 << 8) | c0
+            hist = m.o0[c0]
+            seen = 0
+            pk = m.sm[0, hist] >> 10
+            x[0] = m.st[pk]
+            x[MODELS] = (pk - 2048) >> 2
+            hist = m.o1[node[1]]
+            pk = m.sm[1, hist] >> 10
+            x[1] = m.st[pk]
+            x[MODELS + 1] = (pk - 2048) >> 2
+            for k in range(HASHED):
+                hist = m.table[m.slot[k] + j]
+                if hist != 0:
+                    pk = m.sm[DIRECT + k, hist] >> 10
+                    x[DIRECT + k] = m.st[pk]
+                    x[MODELS + DIRECT + k] = (pk - 2048) >> 2
+                    if k < 4:
+                        seen += 1
+                else:
+                    x[DIRECT + k] = 0
+                    x[MODELS + DIRECT + k] = 0
+            mlen = reg[MLEN]
+            mrow = 0
+            if mlen > 0:
+                expected = (reg[MPRED] >> (7 - bit)) & 1
+                if ((reg[MPRED] | 256) >> (8 - bit)) == c0:
+                    b = min(mlen, MATCH_BUCKETS - 1)
+                    mrow = (b * 2 + expected) * 2 + 1
+                else:
+                    mrow = 0
+            x[2 * MODELS] = m.st[m.msm[mrow] >> 10] if mrow != 0 else 0
+            x[2 * MODELS + 1] = 256
+            # the first layer: one mixer per selector, each on the same inputs
+            row_l1[0] = c0
+            row_l1[1] = sets0 + c1
+            mb = min(mlen, 15) if mrow != 0 else 0
+            row_l1[2] = sets1 + ((mb << 3) | bit) * 2 + (1 if mrow == 0 else 0)
+            row_l1[3] = sets2 + seen * 8 + bit
+            dot2 = np.int64(0)
+            for s in range(len(MIXER_SETS)):
+                r = row_l1[s]
+                dot = np.int64(0)
+                for k in range(N_INPUTS):
+                    dot += x[k] * m.w1[r, k]
+                d = dot >> 16
+                if d > STRETCH_LIMIT:
+                    d = STRETCH_LIMIT
+                if d < -STRETCH_LIMIT:
+                    d = -STRETCH_LIMIT
+                pr_l1[s] = d
+                dot2 += d * m.w2[s]
+            dot2 += 256 * m.w2[len(MIXER_SETS)]
+            pm = squash(dot2 >> 16, m.sq)
+            # the APMs
+            pa1, ia1 = apm_predict(m.apm1, c0, pm, m.st)
+            cx2 = (c1 << 8) | c0
+            pa2, ia2 = apm_predict(m.apm2, cx2, pm, m.st)
+            p = (pm + pa1 + 2 * pa2 + 2) >> 2
+            if p < 1:
+                p = 1
+            if p > PROB_ONE - 1:
+                p = PROB_ONE - 1
+            # code the bit
+            y = coder.code(st, buf, p << 4, (c >> (7 - bit)) & 1, decode)
+            # learn
+            e2 = ((y << 12) - pm) * FINAL_RATE
+            for s in range(len(MIXER_SETS)):
+                m.w2[s] += (pr_l1[s] * e2) >> 16
+            m.w2[len(MIXER_SETS)] += (256 * e2) >> 16
+            for s in range(len(MIXER_SETS)):
+                r = row_l1[s]
+                e = ((y << 12) - squash(pr_l1[s], m.sq)) * MIX_RATE
+                for k in range(N_INPUTS):
+                    m.w1[r, k] += (x[k] * e) >> 16
+            m.apm1[ia1] += ((y << 16) - m.apm1[ia1]) >> APM_RATE
+            m.apm2[ia2] += ((y << 16) - m.apm2[ia2]) >> APM_RATE
+            hist = m.o0[c0]
+            sm_update(m.sm, m.sn, 0, hist, y, m.recip)
+            m.o0[c0] = m.nxt[hist, y]
+            hist = m.o1[node[1]]
+            sm_update(m.sm, m.sn, 1, hist, y, m.recip)
+            m.o1[node[1]] = m.nxt[hist, y]
+            for k in range(HASHED):
+                at = m.slot[k] + j
+                hist = m.table[at]
+                if hist != 0:
+                    sm_update(m.sm, m.sn, DIRECT + k, hist, y, m.recip)
+                m.table[at] = m.nxt[hist, y]
+            if mrow != 0:
+                n = m.msn[mrow]
+                m.msm[mrow] += (((y << 22) - m.msm[mrow]) * m.recip[n]) >> 16
+                if n < SM_LIMIT:
+                    m.msn[mrow] = n + 1
+            reg[C0] = (c0 << 1) | y
+        # the byte is known: the contexts move on
+        c = reg[C0] & 255
+        if decode:
+            data[i] = np.uint8(c)
+        _next_byte(m, c, rmask, mmask)
+    return stop
+
+
+@njit(cache=True, inline="always")
+def _next_byte(m, c, rmask, mmask):
+    """After byte c: the ring, the last bytes, the word hashes, the match and every model's context."""
+    reg = m.reg
+    ring = m.ring
+    pos = reg[POS]
+    ring[pos & rmask] = np.uint8(c)
+    pos += 1
+    reg[POS] = pos
+    reg[C0] = 1
+    reg[C8] = ((reg[C8] << 8) | (reg[C4] >> 24)) & 0xFFFFFFFF
+    reg[C4] = ((reg[C4] << 8) | c) & 0xFFFFFFFF
+    letter = (97 <= (c | 32) <= 122) or c >= 128
+    if letter:
+        reg[WORD] = ((reg[WORD] + (c | 32) + 1) * 0x2F0F3) & 0xFFFFFFFF
+    elif reg[WORD] != 0:
+        reg[WORD1] = reg[WORD]
+        reg[WORD] = 0
+    # the match: extend it, or look the last MATCH_MIN bytes up
+    if reg[MLEN] > 0 and reg[MPRED] == c:
+        reg[MLEN] = min(reg[MLEN] + 1, 65535)
+        reg[MPTR] += 1
+    else:
+        reg[MLEN] = 0
+    h = np.uint64(0)
+    if pos >= MATCH_MIN:
+        for k in range(MATCH_MIN):
+            h = (h + np.uint64(ring[(pos - 1 - k) & rmask]) + np.uint64(1)) * P1
+        hi = np.int64(h >> np.uint64(40)) & mmask
+        if reg[MLEN] == 0:
+            cand = m.mtab[hi]
+            if cand > 0 and pos - cand < rmask:
+                n = 0
+                while n < 65535 and n < cand and ring[(cand - 1 - n) & rmask] == ring[(pos - 1 - n) & rmask]:
+                    n += 1
+                    if n > 400:
+                        break
+                if n >= MATCH_MIN:
+                    reg[MLEN] = n
+                    reg[MPTR] = cand
+        m.mtab[hi] = pos
+    if reg[MLEN] > 0:
+        reg[MPRED] = np.int64(ring[reg[MPTR] & rmask])
+    c4 = np.uint64(reg[C4])
+    c8 = np.uint64(reg[C8])
+    w = np.uint64(reg[WORD])
+    w1 = np.uint64(reg[WORD1])
+    m.ctx[0] = mix64((c4 & np.uint64(0xFFFF)) + (np.uint64(2) << U56))
+    m.ctx[1] = mix64((c4 & np.uint64(0xFFFFFF)) + (np.uint64(3) << U56))
+    m.ctx[2] = mix64(c4 + (np.uint64(4) << U56))
+    m.ctx[3] = mix64(c4 + ((c8 & np.uint64(0xFFFF)) << U32) + (np.uint64(6) << U56))
+    m.ctx[4] = mix64(w + (np.uint64(7) << U56))
+    m.ctx[5] = mix64(w + (w1 << U32) + (np.uint64(8) << U56))
+    m.ctx[6] = mix64(w + ((c4 & np.uint64(0xFF)) << U32) + (np.uint64(9) << U56))
+    m.ctx[7] = mix64(c4 + ((c8 & np.uint64(0xFF)) << U32) + (np.uint64(5) << U56))
+    m.ctx[8] = mix64((c4 & np.uint64(0xFFFF00)) + (np.uint64(10) << U56))
+
+
+SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
+
+
+def compress(data: bytes, **sizes) -> bytes:
+    """The engine's code for `data` (its length is the caller's to record)."""
+    m = new_model(**sizes)
+    st, buf = coder.new_state()
+    src = np.frombuffer(data, dtype=np.uint8).copy()  # writable: one compiled loop codes both ways
+    for start in range(0, len(src), SPAN):
+        stop = min(start + SPAN, len(src))
+        buf = coder.room(st, buf, 16 * (stop - start) + 64)
+        code_span(m, src, start, stop, st, buf, False)
+    return coder.finish(st, buf)
+
+
+def decompress(payload: bytes, n: int, **sizes) -> bytes:
+    """The n bytes that `compress` coded into `payload`."""
+    m = new_model(**sizes)
+    st, buf = coder.new_state(payload)
+    out = np.zeros(n, dtype=np.uint8)
+    for start in range(0, n, SPAN):
+        code_span(m, out, start, min(start + SPAN, n), st, buf, True)
+    return out.tobytes()
