@@ -10,12 +10,13 @@ repeat, weighted by the repeat's length. The inputs
     x_i = stretch(p_i)        (1/256 nat, |x| <= 2047)
 
 are added by several mixers, each with weights chosen by its own small context (the bits of the
-byte so far, the last byte, the match's length and the bit's position), each trained on its own
-error; a final mixer adds their outputs. Two APMs refine the result by the byte's first bits and by
-the last two bytes. Every number is an integer (weights 16.16, probabilities 12 bits, state maps 22
-bits), so encoder and decoder on any machine compute the same.
+byte so far; the last byte; the match's length and the bit's position; how many of the orders
+2 ... 6 have seen this context and the bit's position), each trained on its own error; a final
+mixer adds their outputs. Three APMs refine the result: by the byte's first bits, by them and the
+last byte, by them and a hash of the last two bytes. Every number is an integer (weights 16.16,
+probabilities 12 bits, state maps 22 bits), so encoder and decoder on any machine compute the same.
 
-`Engine` holds the arrays; `code_span` (compiled) codes bytes [start, stop) of a buffer, encoding or
+`Model` holds the arrays (`new_model`); `code_span` (compiled) codes bytes [start, stop) of a buffer, encoding or
 decoding, through one code path.
 """
 
@@ -30,9 +31,10 @@ from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: 
 from dyncompress.bitwise import coder
 from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
 
-# the hashed context models: orders 2, 3, 4, 6 of the bytes before, the current word, the current
-# and the previous word, and the word with the byte before it; orders 0 and 1 index tables directly
-HASHED = 9
+# the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4, 6 of the bytes
+# before; the current word, the current and the previous word, the word with the byte before it;
+# order 5; the two bytes before the last (sparse); order 8. Orders 0 and 1 index tables directly.
+HASHED = 10
 DIRECT = 2
 MODELS = DIRECT + HASHED
 N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
@@ -43,8 +45,8 @@ MATCH_BUCKETS = 16
 SM_LIMIT = 1023  # a state map's count limit: its rate settles at 1 / (SM_LIMIT + 1.5)
 MIX_RATE = 24  # the first layer's learning rate: a weight moves x * err * MIX_RATE / 2^16
 FINAL_RATE = 8
-W_INIT = 1 << 14  # a first-layer weight's start (0.25)
-APM_RATE = 7  # an APM point moves 1 / 2^7 of the way to each bit
+W_INIT = 1 << 13  # a first-layer weight's start (0.25)
+APM_RATE = 6  # an APM point moves 1 / 2^7 of the way to each bit
 
 # registers (an int64 array: every value the loop carries from one bit to the next)
 C0, C4, C8, BITPOS, WORD, WORD1, MPTR, MLEN, POS, MPRED = range(10)
@@ -60,7 +62,8 @@ class Model(NamedTuple):
     seen (the match model's history); mtab (2^mb,) int64: the position after a hash of MATCH_MIN
     bytes; msm, msn (2 * MATCH_BUCKETS * 2,): the match model's map, by length bucket, expected bit
     and whether it still agrees; w1 (sum MIXER_SETS, N_INPUTS) int64, w2 (len(MIXER_SETS) + 1,)
-    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,) int64: the APMs' points (2^-16);
+    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,), apm3 (2^18 * 33,) int64: the
+    APMs' points (2^-16);
     x (N_INPUTS,) int64 scratch; sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,):
     the state machine and its priorities; init (256,): a state map's start."""
 
@@ -80,6 +83,7 @@ class Model(NamedTuple):
     w2: np.ndarray
     apm1: np.ndarray
     apm2: np.ndarray
+    apm3: np.ndarray
     x: np.ndarray
     sq: np.ndarray
     st: np.ndarray
@@ -120,6 +124,7 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -
         w2=np.append(np.full(len(MIXER_SETS), (1 << 16) // len(MIXER_SETS)), 0).astype(np.int64),
         apm1=_apm_start(256),
         apm2=_apm_start(1 << 16),
+        apm3=_apm_start(1 << 18),
         x=np.zeros(N_INPUTS, dtype=np.int64),
         sq=squash_table(),
         st=stretch_table(),
@@ -280,7 +285,9 @@ def code_span(m, data, start, stop, st, buf, decode):
             pa1, ia1 = apm_predict(m.apm1, c0, pm, m.st)
             cx2 = (c1 << 8) | c0
             pa2, ia2 = apm_predict(m.apm2, cx2, pm, m.st)
-            p = (pm + pa1 + 2 * pa2 + 2) >> 2
+            cx3 = np.int64(mix64(np.uint64(((reg[C4] & 0xFFFF) << 8) | c0)) >> np.uint64(46))
+            pa3, ia3 = apm_predict(m.apm3, cx3, pm, m.st)
+            p = (pm + pa1 + 3 * pa2 + 3 * pa3 + 4) >> 3
             if p < 1:
                 p = 1
             if p > PROB_ONE - 1:
@@ -299,6 +306,7 @@ def code_span(m, data, start, stop, st, buf, decode):
                     m.w1[r, k] += (x[k] * e) >> 16
             m.apm1[ia1] += ((y << 16) - m.apm1[ia1]) >> APM_RATE
             m.apm2[ia2] += ((y << 16) - m.apm2[ia2]) >> APM_RATE
+            m.apm3[ia3] += ((y << 16) - m.apm3[ia3]) >> APM_RATE
             hist = m.o0[c0]
             sm_update(m.sm, m.sn, 0, hist, y, m.recip)
             m.o0[c0] = m.nxt[hist, y]
@@ -381,6 +389,7 @@ def _next_byte(m, c, rmask, mmask):
     m.ctx[6] = mix64(w + ((c4 & np.uint64(0xFF)) << U32) + (np.uint64(9) << U56))
     m.ctx[7] = mix64(c4 + ((c8 & np.uint64(0xFF)) << U32) + (np.uint64(5) << U56))
     m.ctx[8] = mix64((c4 & np.uint64(0xFFFF00)) + (np.uint64(10) << U56))
+    m.ctx[9] = mix64(mix64(c4 + (np.uint64(11) << U56)) + c8)
 
 
 SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
