@@ -1,3 +1,4 @@
+import io
 import json
 import os
 import shutil
@@ -9,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from dyncompress.config.model import Model, load, save
-from dyncompress.format.container import END_SIZE, pack_end, pack_header, parse_end, parse_header
+from dyncompress.format.container import (
+    END_SIZE,
+    FrameReader,
+    pack_end,
+    pack_header,
+    parse_end,
+    parse_header,
+    read_frames,
+)
 from dyncompress.training.train import TrainConfig, Trainer, calibrate
 
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
@@ -270,7 +279,18 @@ CROSS_CASES = {
     "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
     "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
     "fast, -T 2": ["--fast", "-T", "2"],
+    "fast, bits engine": ["--fast", "--engine", "bits"],
 }
+
+
+def region_edges(packed: bytes) -> list[int]:
+    """First, middle and last byte of every part of a stream (header, each frame, end marker).
+    test_container checks every byte of the format; the tests that use these go through the API."""
+    reader, edges, start = FrameReader(), [], 0
+    for _ in read_frames(io.BytesIO(packed).read, reader=reader):
+        edges += [start, (start + reader.offset - 1) // 2, reader.offset - 1]
+        start = reader.offset
+    return sorted(set(edges))
 
 
 def cross_input(case: str) -> bytes:

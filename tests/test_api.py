@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 import dyncompress
-from conftest import SMALL, corpus, needs_split, rewrite_header
+from conftest import SMALL, corpus, needs_split, region_edges, rewrite_header
 from dyncompress import Compressor, Decompressor, DyncompressError, compress, decompress
 from dyncompress.config.levels import LEVELS
 from dyncompress.format.container import (
     MAGIC,
     VERSION,
     Block,
-    FrameReader,
     pack_block,
     parse_frame,
     parse_header,
@@ -102,19 +101,9 @@ def test_concatenated_streams_and_trailing_garbage():
         decompress(a + b"\x00garbage")
 
 
-def _region_edges(packed: bytes) -> list[int]:
-    """First, middle and last byte of every part of a stream (header, each frame, end marker).
-    test_container checks every byte of the format; here each part goes through the public API."""
-    reader, edges, start = FrameReader(), [], 0
-    for _ in read_frames(io.BytesIO(packed).read, reader=reader):
-        edges += [start, (start + reader.offset - 1) // 2, reader.offset - 1]
-        start = reader.offset
-    return sorted(set(edges))
-
-
 def test_truncation_anywhere_fails_cleanly():
     packed = compress(b"truncate me, please", **{**SMALL, "block_size": 8})  # three blocks
-    for cut in _region_edges(packed):
+    for cut in region_edges(packed):
         with pytest.raises(DyncompressError, match="truncated|empty input"):
             decompress(packed[:cut])
 
@@ -122,7 +111,7 @@ def test_truncation_anywhere_fails_cleanly():
 def test_corruption_anywhere_fails_cleanly():
     data = b"no silent corruption, ever."
     packed = compress(data, **{**SMALL, "block_size": 10})
-    for i in _region_edges(packed):
+    for i in region_edges(packed):
         bad = bytearray(packed)
         bad[i] ^= 0x20
         with pytest.raises(DyncompressError) as caught:

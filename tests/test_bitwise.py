@@ -2,8 +2,12 @@
 real text, the exact bit decomposition of a byte distribution, and round trips of real and binary
 data."""
 
+import io
+import json
+import lzma
 import math
 import os
+import struct
 import subprocess
 import sys
 import zlib
@@ -13,9 +17,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from conftest import corpus
+import dyncompress
+from conftest import corpus, region_edges, run_cli
 from dyncompress.bitwise import coder, engine, tree
 from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
+from dyncompress.format.container import MAGIC, META_DICT, VERSION, Block, parse_header, read_frames
 from dyncompress.network.fixed import FREQ_TOTAL, frequencies
 
 
@@ -218,3 +224,70 @@ def test_the_engine_codes_the_same_bytes_under_generic_kernels(portable_kernels)
     done = subprocess.run([sys.executable, "-c", _OTHER_KERNELS], input=data, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert done.stdout == engine.compress(data, **SMALL)
+
+
+# --- the engine in the container: engine "bits" (`encode --fast --engine bits`) ---------------
+
+BITS = dict(model=None, hidden=0, engine="bits", device="cpu")
+
+
+def test_the_bits_engine_round_trips_frames_blocks_and_a_stored_block():
+    """Text, noise (a stored block, which the engine still learns from) and object code, in frames
+    of two blocks: the file decodes exactly, whole and frame by frame in parallel."""
+    noise = np.random.default_rng(4).integers(0, 256, 6000, dtype=np.uint8).tobytes()
+    data = corpus("alice29.txt")[:18000] + noise + corpus("calgary_obj1")[:12000]  # block 4 the noise
+    packed = dyncompress.compress(data, block_size=6000, frame_size=12000, **BITS)
+    blocks = [f for f in read_frames(io.BytesIO(packed).read) if isinstance(f, Block)]
+    assert [b.stored for b in blocks] == [False, False, False, True, False, False]
+    assert dyncompress.decompress(packed) == data
+    assert dyncompress.decompress(packed, workers=2) == data
+    meta, _ = parse_header(packed)
+    assert meta["format"] == VERSION == 6 and meta["settings"]["engine"] == "bits"
+
+
+def test_the_bits_engine_fails_cleanly_on_corruption_and_truncation():
+    data = corpus("xargs.1")[:3000]
+    packed = dyncompress.compress(data, block_size=1000, **BITS)
+    for i in region_edges(packed):
+        bad = bytearray(packed)
+        bad[i] ^= 0x20
+        with pytest.raises(dyncompress.DyncompressError) as caught:
+            out = dyncompress.decompress(bytes(bad))
+            raise AssertionError(f"corruption at byte {i} decoded to {out[:40]!r}")
+        assert "\n" not in str(caught.value)
+        with pytest.raises(dyncompress.DyncompressError, match="truncated|empty input"):
+            dyncompress.decompress(packed[:i])
+
+
+def test_a_format_5_header_reads_as_the_bytes_engine():
+    """Format 5 named no engine: everything it coded was a byte at a time."""
+    meta = {"settings": {"hidden": 0, "lanes": 4}, "model": None}
+    body = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=META_DICT)
+    body = body.compress(json.dumps(meta).encode()) + body.flush()
+    head = struct.pack("<8sHI", MAGIC, 5, len(body)) + body
+    read, _ = parse_header(head + struct.pack("<I", zlib.crc32(head)))
+    assert read["format"] == 5 and read["settings"]["engine"] == "bytes"
+
+
+def test_the_command_line_codes_with_the_bits_engine_and_refuses_what_contradicts_it(tmp_path):
+    """`encode --fast --engine bits`: text, object code and an empty file round-trip; `info` says
+    which engine coded; text comes out well under xz -9e; the engine without --fast, or with lanes,
+    is a usage error."""
+    text = corpus("alice29.txt")[:40000]
+    for name, data in (("text", text), ("obj", corpus("calgary_obj1")), ("empty", b"")):
+        src = tmp_path / name
+        src.write_bytes(data)
+        r = run_cli("encode", "--fast", "--engine", "bits", src)
+        assert r.returncode == 0, r.stderr
+        r = run_cli("decode", "-c", f"{src}.dc")
+        assert r.returncode == 0 and r.stdout == data, r.stderr
+    info = run_cli("info", tmp_path / "text.dc").stdout.decode()
+    assert "engine=bits" in info and "the bitwise engine alone" in info and "engine          bits: 2^" in info, info
+    assert (tmp_path / "text.dc").stat().st_size < 0.9 * len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+    for args, says in (
+        (["--engine", "bits"], "add --fast"),
+        (["--fast", "--engine", "bits", "--lanes", "3"], "one lane"),
+    ):
+        r = run_cli("encode", *args, "-c", tmp_path / "text")
+        assert r.returncode != 0 and says in r.stderr.decode() and not r.stdout, (args, r.stderr)
+        assert "Traceback" not in r.stderr.decode(), r.stderr

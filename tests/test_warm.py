@@ -109,6 +109,7 @@ def test_the_kind_of_a_file_is_read_from_its_header(tmp_path, model):
     data = corpus("xargs.1")[:3000]
     for name, knobs, kind in [
         ("fast", dict(model=None, hidden=0), "fast"),
+        ("bits", dict(model=None, hidden=0, engine="bits"), "bits"),
         ("online", dict(model=None, hidden=32, lanes=2), "online"),
         ("model", dict(model=model, lanes=2), "model"),
     ]:

@@ -1,6 +1,11 @@
 """Write golden .dc files with the dyncompress that is importable (run once per released format).
 
     python tools/golden_files.py tests/golden/format2
+    python tools/golden_files.py tests/golden/format6 --format 6
+
+Format 6 is the format of the 0.4 development line: until 0.4 is released its files are written
+anew when a change alters the coded bits on purpose (as `tests/golden/payloads.json` is), and from
+the release on they are a promise like format 2's.
 
 Format 2 computes exactly, so any machine writes the same files. (Format 1's files, in
 format1/, were written by 0.2.0 under MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default.)
@@ -41,9 +46,22 @@ CASES = {
     "model-sgd": ((CORPORA / "quijote_8k.txt").read_bytes()[3000:5000], dict(rule="sgd", lanes=2, device="cpu")),
 }
 
+CORPUS = lambda name: (CORPORA / name).read_bytes()  # noqa: E731
+CASES6 = {
+    # the bitwise engine: text, noise (a stored block) and object code, two frames of two blocks
+    "bits-frames": (
+        CORPUS("xargs.1")[:1000] + noise[:1000] + CORPUS("calgary_obj1")[:1800],
+        dict(model=None, hidden=0, engine="bits", block_size=1000, frame_size=2000, device="cpu"),
+    ),
+    # the fast level's byte statistics (no network), and online mode with the experts
+    "fast-bytes": (CORPUS("fields.c")[:3000], dict(model=None, hidden=0, device="cpu")),
+    "online-experts": (CORPUS("quijote_8k.txt")[:2000], dict(model=None, hidden=16, lanes=2, device="cpu")),
+}
+
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    for name, (data, settings) in CASES.items():
+    cases = CASES6 if sys.argv[2:] == ["--format", "6"] else CASES
+    for name, (data, settings) in cases.items():
         packed = dyncompress.compress(data, **settings)
         assert dyncompress.decompress(packed) == data
         (out / f"{name}.src").write_bytes(data)

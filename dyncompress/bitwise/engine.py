@@ -62,7 +62,7 @@ class Model(NamedTuple):
     seen (the match model's history); mtab (2^mb,) int64: the position after a hash of MATCH_MIN
     bytes; msm, msn (2 * MATCH_BUCKETS * 2,): the match model's map, by length bucket, expected bit
     and whether it still agrees; w1 (sum MIXER_SETS, N_INPUTS) int64, w2 (len(MIXER_SETS) + 1,)
-    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,), apm3 (2^18 * 33,) int64: the
+    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,), apm3 (2^18 * 33,) int32: the
     APMs' points (2^-16);
     x (N_INPUTS,) int64 scratch; sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,):
     the state machine and its priorities; init (256,): a state map's start."""
@@ -96,7 +96,7 @@ def _apm_start(contexts: int) -> np.ndarray:
     """APM points that leave a probability as it is: point k at squash((k - 16) * 128), in 2^-16."""
     sq = squash_table()
     d = np.clip((np.arange(33) - 16) * 128, -STRETCH_LIMIT, STRETCH_LIMIT)
-    return np.tile(sq[d + STRETCH_LIMIT] * 16, contexts).astype(np.int64)
+    return np.tile(sq[d + STRETCH_LIMIT] * 16, contexts).astype(np.int32)
 
 
 def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -> Model:
@@ -132,6 +132,13 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -
         pri=s.priority,
         recip=np.array([(1 << 17) // (2 * n + 3) for n in range(SM_LIMIT + 1)], dtype=np.int64),
     )
+
+
+def table_bytes(table_bits: int, ring_bits: int, match_bits: int) -> int:
+    """The memory a model of these sizes holds, in bytes (its arrays; `new_model`)."""
+    m = new_model(10, 10, 10)
+    fixed = sum(a.nbytes for a in m if isinstance(a, np.ndarray)) - m.table.nbytes - m.ring.nbytes - m.mtab.nbytes
+    return fixed + (16 << table_bits) + (1 << ring_bits) + (8 << match_bits)
 
 
 P1 = np.uint64(0x9E3779B97F4A7C15)
@@ -395,23 +402,45 @@ def _next_byte(m, c, rmask, mmask):
 SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
 
 
+class BlockCoder:
+    """The engine for one frame: it codes the frame's blocks in turn, each block's payload a code of
+    its own, the model's tables carried from one block to the next. Sizes: 2^table_bits slots of
+    16 bytes, a ring of 2^ring_bits bytes, 2^match_bits match positions. `progress(n)` hears of every
+    SPAN bytes coded."""
+
+    def __init__(self, table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -> None:
+        self.model = new_model(table_bits, ring_bits, match_bits)
+
+    def encode(self, data: bytes, progress=None) -> bytes:
+        """The block's payload, padded with zero bytes to a multiple of 4 (the container's words)."""
+        st, buf = coder.new_state()
+        src = np.frombuffer(data, dtype=np.uint8).copy()  # writable: one compiled loop codes both ways
+        for start in range(0, len(src), SPAN):
+            stop = min(start + SPAN, len(src))
+            buf = coder.room(st, buf, 16 * (stop - start) + 64)
+            code_span(self.model, src, start, stop, st, buf, False)
+            if progress is not None:
+                progress(stop - start)
+        out = coder.finish(st, buf)
+        return out + bytes(-len(out) % 4)
+
+    def decode(self, payload: bytes, n: int, progress=None) -> bytes:
+        """The n bytes `encode` coded into `payload` (given the same model state)."""
+        st, buf = coder.new_state(payload)
+        out = np.zeros(n, dtype=np.uint8)
+        for start in range(0, n, SPAN):
+            stop = min(start + SPAN, n)
+            code_span(self.model, out, start, stop, st, buf, True)
+            if progress is not None:
+                progress(stop - start)
+        return out.tobytes()
+
+
 def compress(data: bytes, **sizes) -> bytes:
-    """The engine's code for `data` (its length is the caller's to record)."""
-    m = new_model(**sizes)
-    st, buf = coder.new_state()
-    src = np.frombuffer(data, dtype=np.uint8).copy()  # writable: one compiled loop codes both ways
-    for start in range(0, len(src), SPAN):
-        stop = min(start + SPAN, len(src))
-        buf = coder.room(st, buf, 16 * (stop - start) + 64)
-        code_span(m, src, start, stop, st, buf, False)
-    return coder.finish(st, buf)
+    """The engine's code for `data` from a fresh model (its length is the caller's to record)."""
+    return BlockCoder(**sizes).encode(data)
 
 
 def decompress(payload: bytes, n: int, **sizes) -> bytes:
     """The n bytes that `compress` coded into `payload`."""
-    m = new_model(**sizes)
-    st, buf = coder.new_state(payload)
-    out = np.zeros(n, dtype=np.uint8)
-    for start in range(0, n, SPAN):
-        code_span(m, out, start, min(start + SPAN, n), st, buf, True)
-    return out.tobytes()
+    return BlockCoder(**sizes).decode(payload, n)

@@ -30,11 +30,14 @@ def describe(name: str, reader) -> str:
     bpb = 8 * compressed / original if original else 0.0
     lines.append(f"  compressed size {compressed:,} bytes ({bpb:.3f} bits/byte)")
     no_network = settings.get("hidden") == 0  # --fast: the statistics alone
+    bits = settings.get("engine") == "bits"  # --fast --engine bits: the bitwise engine
+    if bits:
+        nested.pop("mix", None)  # (only its sizes are read: the engine's line)
     lines += [
         f"  model           {'none' if no_network else _model_line(meta.get('model'))}",
         "  network         "
         + (
-            "none (--fast: the byte statistics alone)"
+            f"none (--fast: the {'bitwise engine' if bits else 'byte statistics'} alone)"
             if no_network
             else ", ".join(f"{k}={settings[k]}" for k in network if k in settings)
         ),
@@ -44,7 +47,7 @@ def describe(name: str, reader) -> str:
             + ("none (no network)" if no_network and part == "adapt" else _part_line(part, c))
             for part, c in nested.items()
         ),
-        *_tables_line(meta.get("settings", {})),
+        *(_bits_lines(meta.get("settings", {})) if bits else _tables_line(meta.get("settings", {}))),
         *_frames_lines(frames, settings.get("frame_size")),
         f"  fingerprint     {meta.get('fingerprint')}",
         "  encoded with    " + ", ".join(f"{k} {v}" for k, v in meta.get("platform", {}).items()),
@@ -93,6 +96,20 @@ def _tables_line(settings: dict) -> list[str]:
     except (KeyError, TypeError, ValueError):
         return []
     return [f"  tables          {size / 2**20:,.0f} MiB at most"] if size else []
+
+
+def _bits_lines(settings: dict) -> list[str]:
+    """The bitwise engine's sizes and the memory its tables need to decode."""
+    from dyncompress.bitwise.engine import table_bytes
+
+    try:
+        t, r, m = (int(settings["mix"][k]) for k in ("table_bits", "history_bits", "match_bits"))
+    except (KeyError, TypeError, ValueError):
+        return []
+    return [
+        f"  engine          bits: 2^{t} slots of 16 bytes, 2^{r} bytes of history, 2^{m} match positions",
+        f"  tables          {table_bytes(t, r, m) / 2**20:,.0f} MiB",
+    ]
 
 
 def start_line(name: str, model, probe: float) -> str:

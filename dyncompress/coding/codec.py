@@ -6,6 +6,10 @@ them, a `measure.Tally` counts their bits). Nothing in here knows which one it i
 holding: that is the symmetry invariant, enforced by construction. Nor does it
 know what predicts: it talks to a `predictor.Predictor` and nothing else.
 
+With the engine "bits" (`Settings.engine`) there is no predictor and no loop here: the bitwise engine
+(`bitwise.engine.BlockCoder`) codes a block whole, a bit at a time, with its own binary coder; its
+encoding and decoding are one compiled loop as well.
+
 A block of `length` bytes is cut into `lanes` contiguous parts of
 `lane_len = ceil(length / lanes)` bytes (the last parts may be shorter or
 empty) and coded in lock-step as one batch. Every `segment_len` steps the
@@ -21,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dyncompress.bitwise.engine import BlockCoder
 from dyncompress.coding import split
 from dyncompress.coding.coder import Coder, Decoder, Encoder
 from dyncompress.coding.predictor import make_predictor
@@ -63,14 +68,21 @@ class Codec:
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:
         self.s = settings
+        # engine "bits": the bitwise engine codes every block whole (`encode_block`), no predictor
+        self.bits = None
+        if settings.engine == "bits":
+            m = settings.mix
+            self.bits = BlockCoder(m.table_bits, m.history_bits, m.match_bits)
         split.coding_here()  # (before the predictor's first torch calls)
-        self.predictor = make_predictor(settings, model)
+        self.predictor = make_predictor(settings, model) if self.bits is None else None
         self.prev = np.zeros(settings.lanes, dtype=np.int32)  # the byte each lane saw last (padding: 0)
         self.nats = 0.0  # ideal code length so far, for reporting
         self.chooser: split.Chooser | None = None  # split or whole, by measuring (kept across blocks)
 
     def code_block(self, coder: Coder, tokens: np.ndarray, length: int, progress: Progress | None = None) -> None:
-        """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`."""
+        """Code one block in place: `tokens` is (steps, lanes) int32, read or filled by `coder`
+        (the engine "bytes"; "bits" codes in `encode_block` / `decode_block`)."""
+        assert self.bits is None, "the bits engine codes whole blocks (encode_block, decode_block)"
         # decided per block, not once: a codec made before a fork may code in the child (one run)
         threads = split.threads_allowed(self.s.threads)
         parts = split.parts_for(self.s.threads, self.s.lanes)
@@ -110,12 +122,18 @@ class Codec:
 
 
 def encode_block(codec: Codec, data: bytes, progress: Progress | None = None) -> bytes:
+    if codec.bits is not None:
+        payload = codec.bits.encode(data, progress)
+        codec.nats += 8 * len(payload) * math.log(2)  # (the code itself: no ideal to report apart)
+        return payload
     encoder = Encoder()
     codec.code_block(encoder, to_lanes(data, codec.s.lanes), len(data), progress)
     return encoder.finish()
 
 
 def decode_block(codec: Codec, payload: bytes, length: int, progress: Progress | None = None) -> bytes:
+    if codec.bits is not None:
+        return codec.bits.decode(payload, length, progress)
     steps, _ = lane_lengths(length, codec.s.lanes)
     tokens = np.zeros((steps, codec.s.lanes), dtype=np.int32)
     codec.code_block(Decoder(payload), tokens, length, progress)
@@ -141,6 +159,8 @@ def fingerprint(settings: Settings, model: Model | None = None) -> str:
     sample = (_FINGERPRINT_TEXT * (length // len(_FINGERPRINT_TEXT) + 1))[:length]
     payload = encode_block(codec, sample)
     h = hashlib.sha256(payload)
+    if codec.predictor is None:  # the bits engine: its tables are in the payload's bits
+        return h.hexdigest()[:16]
     state = codec.predictor.state_dict(tables=False)  # the network's: a copy of the tables is 245 MB more
     for key in ("theta", "h", "c"):  # (none without a network: the statistics are in the payload)
         if key in state:

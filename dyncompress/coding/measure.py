@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dyncompress.coding.codec import Codec, block_spans, frame_spans, to_lanes
+from dyncompress.coding.codec import Codec, block_spans, encode_block, frame_spans, to_lanes
 from dyncompress.coding.coder import FREQ_BITS
 from dyncompress.config.levels import make_settings
 from dyncompress.config.model import Model
@@ -136,7 +136,8 @@ def measure(
         codec = fresh() if i else codec  # every frame starts afresh
         for offset, stop in block_spans(start, end, settings.block_size):
             bits += _measure_block(codec, data[offset:stop], progress, positions, parts, order)
-        segments, skipped = segments + codec.predictor.segments, skipped + codec.predictor.skipped
+        if codec.predictor is not None:  # (the bits engine takes no gradient steps)
+            segments, skipped = segments + codec.predictor.segments, skipped + codec.predictor.skipped
     seconds = time.perf_counter() - started
     m = Measurement(label, settings, len(data), bits, seconds, segments=segments, skipped=skipped)
     if positions:
@@ -167,6 +168,10 @@ def flops_per_byte(settings: Settings, skipped: float = 0.0) -> float:
 
 
 def _measure_block(codec: Codec, block: bytes, progress, positions: bool, parts: list, order: list) -> float:
+    if codec.bits is not None:  # its bits are its code's: coded for real (no cost per byte apart)
+        if positions:
+            raise DyncompressError("the bits engine does not measure the cost of each byte (--positions)")
+        return min(8.0 * len(encode_block(codec, block, progress)), 8.0 * len(block))
     tally = Tally(codec.s.lanes)
     codec.code_block(tally, to_lanes(block, codec.s.lanes), len(block), progress)
     per_byte = tally.per_byte(len(block))

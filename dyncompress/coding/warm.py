@@ -4,7 +4,7 @@ numba compiles the kernels (`experts`, `network.step_kernels`, `network.update_k
 first call and keeps them in its cache. Compiling costs memory that the process keeps afterwards
 (LLVM's modules stay alive with the functions they made, and the heap it freed is not given back).
 So `encode`, `decode` and `test` first look for a stamp that says this installation's kernels are compiled for
-the way they code (KINDS: the default model, online mode, the fast level; `decode` and `test` read
+the way they code (KINDS: the default model, online mode, the fast level, the bits engine; `decode` and `test` read
 it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
 small tables, in as many lanes as a large input has, at the command's thread count), numba compiles
@@ -32,7 +32,7 @@ import sys
 
 from dyncompress import environment, kernel_cache
 
-KINDS = ("model", "online", "fast")  # the ways of coding whose kernels a child compiles
+KINDS = ("model", "online", "fast", "bits")  # the ways of coding whose kernels a child compiles
 SMALL_TABLES = dict(table_bits=12, history_bits=12, match_bits=12)
 # The child imports this very package, the one whose cache the stamp speaks for: not another copy
 # that its working directory would put first on sys.path (a source tree beside an installed copy)
@@ -133,6 +133,8 @@ def file_kind(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
             meta = next(read_frames(f.read)).meta  # (the header: the first 64 kB read, more only if it is longer)
+        if meta["settings"].get("engine") == "bits":
+            return "bits"
         if meta["settings"]["hidden"] == 0:
             return "fast"
         return "model" if meta["model"] else "online"
@@ -148,7 +150,7 @@ def compile_kernels(kind: str, threads: int | None = None) -> None:
     from dyncompress.config.model import find
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
-    knobs = {"online": {}, "fast": {"hidden": 0}}.get(kind, {"model": model})
+    knobs = {"online": {}, "fast": {"hidden": 0}, "bits": {"hidden": 0, "engine": "bits"}}.get(kind, {"model": model})
     fingerprint(make_settings(threads=threads or default_threads(), **knobs, **SMALL_TABLES), model)
 
 

@@ -102,6 +102,11 @@ FAST_EXPERTS = LIGHT["experts"]
 # One mixer at 3/4 of the rate, not two; each hashed context in its own row (ways 1): both for speed.
 FAST = dict(LIGHT, hidden=0, rule="static", lanes=64, mix_lr=0.000375)  # (LIGHT: the four above)
 FAST_LANE_BYTES = 8 * 1024
+# The bitwise engine (`--fast --engine bits`, engine "bits"): no network, one lane; its hash table
+# 2^22 slots of 16 bytes, a ring of 2^24 bytes, 2^20 match positions (fewer for a small input:
+# `tables_for_size`).
+BITS = dict(hidden=0, rule="static", lanes=1, engine="bits")
+BITS_TABLES = dict(table_bits=22, history_bits=24, match_bits=20)
 
 
 def coded_size(size: int | None, frame_size: int) -> int | None:
@@ -264,8 +269,12 @@ def make_settings(
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     fast = settings is None and overrides.get("hidden") == 0  # the fast level: lanes for size its own way
-    lanes_given = "lanes" in overrides
-    if fast:
+    bits = settings is None and overrides.get("engine") == "bits"  # the bitwise engine: one lane, its tables
+    lanes_given = "lanes" in overrides or bits
+    if bits:
+        overrides = {**FAST, **BITS, **overrides}
+        base = apply_overrides(base, dict(BITS_TABLES))
+    elif fast:
         overrides = {**FAST, **overrides}
     overrides = one_tlm_threshold(overrides)
     frame_size = overrides.get("frame_size", base.frame_size)

@@ -35,6 +35,10 @@ LORA_MATRICES = ("w_mh", "w_m", "w_out")  # the matrices LoRA can adapt, in the 
 # so frames code and decode in parallel and alone.
 FRAME_SIZE = 1 << 22
 DEVICES = ("cpu", "cuda")
+# What turns the statistics into bits: "bytes", the byte experts mixed with the network and range-coded
+# a byte at a time (`experts`); "bits", the bitwise engine coding a bit at a time (`bitwise`: so far
+# without a network, one lane).
+ENGINES = ("bytes", "bits")
 
 
 @dataclass(frozen=True)
@@ -226,11 +230,20 @@ class Settings:
     device: str = "cpu"
     adapt: AdaptSettings = field(default_factory=AdaptSettings)
     mix: MixSettings = field(default_factory=MixSettings)
+    # ENGINES; "bits" sizes its hash table, ring and match table by mix's table_bits, history_bits and
+    # match_bits (2^table_bits slots of 16 bytes), and reads no other field of mix (format 6)
+    engine: str = "bytes"
 
     def __post_init__(self) -> None:
         checks = [
             (0 <= self.hidden <= MAX_HIDDEN, f"hidden size must be 1 ... {MAX_HIDDEN} (0: no network)"),
-            (self.hidden or self.mix.expert_names, "without a network (hidden 0) the experts must be on"),
+            (self.engine in ENGINES, f"unknown engine {self.engine!r} (bytes or bits)"),
+            (self.engine == "bytes" or self.hidden == 0, "the bits engine codes without a network so far: hidden 0"),
+            (self.engine == "bytes" or self.lanes == 1, "the bits engine codes one lane"),
+            (
+                self.hidden or self.mix.expert_names or self.engine == "bits",
+                "without a network (hidden 0) the experts must be on",
+            ),
             (self.hidden or self.adapt.rule == "static", "without a network (hidden 0) there is nothing to adapt"),
             (self.lanes >= 1, "lanes must be at least 1"),
             (self.segment_len >= 1, "segment length must be at least 1"),

@@ -42,8 +42,10 @@ from dataclasses import dataclass
 from dyncompress.errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-VERSION = 5  # 5: experts mixed with the network (0.4); 2: exact arithmetic (0.3); 1: float32 (0.1, 0.2)
-READS = (2, 5)  # the formats this version decodes
+# 6: the engine named (bytes or bits); 5: experts mixed with the network (0.4); 2: exact arithmetic
+# (0.3); 1: float32 (0.1, 0.2)
+VERSION = 6
+READS = (2, 5, 6)  # the formats this version decodes
 READS_OLD = {1: "0.2.0"}  # older formats, and the last release that reads them
 # Formats no release wrote: the development builds of 0.4 (experts mixed in, settings then in flux).
 NEVER_RELEASED = (3, 4)
@@ -182,6 +184,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
         if version == 2 and isinstance(settings.get("adapt"), dict):
             for key, off in ADAPT_ADDED.items():
                 settings["adapt"].setdefault(key, off)
+        if version < 6:  # coded a byte at a time: the one engine there was
+            settings.setdefault("engine", "bytes")
     meta["format"] = version
     return meta, end
 
