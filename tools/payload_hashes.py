@@ -24,7 +24,7 @@ from pathlib import Path
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
 # name -> (file, bytes, the Python API's keyword arguments). Between them every way of coding: the
-# model's levels, --fast, --online, frames, the foreign model's start, online mode chosen by `auto`
+# model's levels, --fast (both engines), --online, frames, the foreign model's start, online mode chosen by `auto`
 CASES: dict[str, tuple[str, int, dict]] = {
     "default": ("alice29.txt", 8_000, {}),
     "level1": ("alice29.txt", 8_000, {"level": 1}),
@@ -38,6 +38,8 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "foreign": ("quijote_8k.txt", 16_384, {}),  # (`auto.AUTO_MIN`: the least it probes)
     "auto-online": ("hongloumeng_6k.txt", 16_384, {}),
     "binary-fast": ("calgary_obj1", 21_504, {"model": None, "hidden": 0}),
+    "bits": ("alice29.txt", 20_000, {"model": None, "hidden": 0, "engine": "bits"}),
+    "binary-bits": ("calgary_obj1", 21_504, {"model": None, "hidden": 0, "engine": "bits"}),
 }
 
 
