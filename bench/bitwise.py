@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from dyncompress.bitwise import engine
-from dyncompress.cli.peers import PEERS, bench_command, bench_peer, command_peers
+from dyncompress.cli.peers import PEERS, BenchRow, bench_command, bench_peer, command_peers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import cpu, dyncompress_peer  # noqa: E402  (this folder's report.py)
@@ -83,7 +83,10 @@ def main() -> int:
         for name, data in inputs(a.specs):
             src = os.path.join(tmp, "input")
             Path(src).write_bytes(data)
-            rows = [bench_peer(next(p for p in PEERS if p.name == "PPMd o6"), data)]
+            try:
+                rows = [bench_peer(next(p for p in PEERS if p.name == "PPMd o6"), data)]
+            except ValueError:  # pyppmd fails to decode some binary files (calgary/pic)
+                rows = [BenchRow("PPMd o6")]
             rows += [bench_command(c, src, tmp) for c in commands]
             t0 = time.perf_counter()
             payload = engine.compress(data)
@@ -93,9 +96,9 @@ def main() -> int:
             t2 = time.perf_counter()
             bpb = [f"{8 * r.size / len(data):.3f}" if r.size else "-" for r in rows]
             ours = 8 * len(payload) / len(data)
-            ppmd = 8 * rows[0].size / len(data)
+            vs_ppmd = f"{ours / (8 * rows[0].size / len(data)) - 1:+.1%}" if rows[0].size else "-"
             kb = len(data) / 1000
-            print(f"| {name} | {len(data):,} | " + " | ".join(bpb) + f" | **{ours:.3f}** | {ours / ppmd - 1:+.1%} | "
+            print(f"| {name} | {len(data):,} | " + " | ".join(bpb) + f" | **{ours:.3f}** | {vs_ppmd} | "
                   f"{kb / (t1 - t0):.0f} / {kb / (t2 - t1):.0f} |", flush=True)  # fmt: skip
     return 0
 

@@ -33,8 +33,9 @@ from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, st
 
 # the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4, 6 of the bytes
 # before; the current word, the current and the previous word, the word with the byte before it;
-# order 5; the two bytes before the last (sparse); order 8. Orders 0 and 1 index tables directly.
-HASHED = 10
+# order 5; the two bytes before the last (sparse); order 8; the column in the line with the byte
+# above it (same column, line before) and the last byte. Orders 0 and 1 index tables directly.
+HASHED = 11
 DIRECT = 2
 MODELS = DIRECT + HASHED
 N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
@@ -48,9 +49,10 @@ FINAL_RATE = 8
 W_INIT = 1 << 13  # a first-layer weight's start (0.25)
 APM_RATE = 6  # an APM point moves 1 / 2^7 of the way to each bit
 
-# registers (an int64 array: every value the loop carries from one bit to the next)
-C0, C4, C8, BITPOS, WORD, WORD1, MPTR, MLEN, POS, MPRED = range(10)
-N_REGS = 10
+# registers (an int64 array: every value the loop carries from one bit to the next; LINE, LINE1: where
+# the current and the previous line start)
+C0, C4, C8, BITPOS, WORD, WORD1, MPTR, MLEN, POS, MPRED, LINE, LINE1 = range(12)
+N_REGS = 12
 
 
 class Model(NamedTuple):
@@ -342,7 +344,8 @@ def code_span(m, data, start, stop, st, buf, decode):
 
 @njit(cache=True, inline="always")
 def _next_byte(m, c, rmask, mmask):
-    """After byte c: the ring, the last bytes, the word hashes, the match and every model's context."""
+    """After byte c: the ring, the last bytes, the word hashes, the line starts, the match and every
+    model's context."""
     reg = m.reg
     ring = m.ring
     pos = reg[POS]
@@ -397,6 +400,14 @@ def _next_byte(m, c, rmask, mmask):
     m.ctx[7] = mix64(c4 + ((c8 & np.uint64(0xFF)) << U32) + (np.uint64(5) << U56))
     m.ctx[8] = mix64((c4 & np.uint64(0xFFFF00)) + (np.uint64(10) << U56))
     m.ctx[9] = mix64(mix64(c4 + (np.uint64(11) << U56)) + c8)
+    if c == 10:
+        reg[LINE1] = reg[LINE]
+        reg[LINE] = pos
+    col = min(pos - reg[LINE], 255)
+    above = np.uint64(ring[(reg[LINE1] + col) & rmask]) if reg[LINE1] + col < reg[LINE] else np.uint64(0)
+    m.ctx[10] = mix64(
+        np.uint64(col) + (above << np.uint64(8)) + ((c4 & np.uint64(0xFF)) << np.uint64(16)) + (np.uint64(12) << U56)
+    )
 
 
 SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
