@@ -45,7 +45,7 @@ else:  # (the layout before the experts became modules)
     from dyncompress.model import find
 assert sys.modules[Experts.__module__].__file__.startswith(os.path.abspath(tree)), "imported from another tree"
 if level == "fast":
-    s = make_settings(model=None, hidden=0, threads=1, size_hint=1_000_000)
+    s = make_settings(model=None, hidden=0, engine="bytes", threads=1, size_hint=1_000_000)
 elif level == "1":  # -1 with the default model at alice29's size: 3 lanes
     s = make_settings(model=find(DEFAULT_MODEL), level=1, threads=1, size_hint=152_089)
 else:  # the default level: the default model's statistics (the network's logits stay zeros here)

@@ -64,7 +64,9 @@ def new_modules() -> dict:
 def codec_for(mods: dict, level: str, size: int, **overrides):
     """A codec of this version for `size` bytes at `level` ("default", "fast" or a level number)."""
     model = None if level == "fast" else mods["model"].find(mods["settings"].DEFAULT_MODEL)
-    knobs = {"hidden": 0} if level == "fast" else {"level": None if level == "default" else int(level)}
+    knobs = (
+        {"hidden": 0, "engine": "bytes"} if level == "fast" else {"level": None if level == "default" else int(level)}
+    )
     settings = mods["settings"].make_settings(model=model, size_hint=size, **knobs, **overrides)
     return mods["codec"].Codec(settings, model)
 

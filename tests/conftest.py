@@ -278,8 +278,8 @@ CROSS_CASES = {
     "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
     "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
     "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
-    "fast, -T 2": ["--fast", "-T", "2"],
-    "fast, bits engine": ["--fast", "--engine", "bits"],
+    "fast (bits engine)": ["--fast"],
+    "fast, bytes engine, -T 2": ["--fast", "--engine", "bytes", "-T", "2"],
 }
 
 

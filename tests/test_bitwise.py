@@ -270,9 +270,9 @@ def test_a_format_5_header_reads_as_the_bytes_engine():
 
 
 def test_the_command_line_codes_with_the_bits_engine_and_refuses_what_contradicts_it(tmp_path):
-    """`encode --fast --engine bits`: text, object code and an empty file round-trip; `info` says
-    which engine coded; text comes out well under xz -9e; the engine without --fast, or with lanes,
-    is a usage error."""
+    """`encode --fast --engine bits` (what --fast means): text, object code and an empty file
+    round-trip; `info` says which engine coded; text comes out well under xz -9e; --engine without
+    --fast, or the bits engine with lanes, is a usage error."""
     text = corpus("alice29.txt")[:40000]
     for name, data in (("text", text), ("obj", corpus("calgary_obj1")), ("empty", b"")):
         src = tmp_path / name
@@ -286,7 +286,8 @@ def test_the_command_line_codes_with_the_bits_engine_and_refuses_what_contradict
     assert (tmp_path / "text.dc").stat().st_size < 0.9 * len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
     for args, says in (
         (["--engine", "bits"], "add --fast"),
-        (["--fast", "--engine", "bits", "--lanes", "3"], "one lane"),
+        (["--engine", "bytes", "-6"], "add --fast"),
+        (["--fast", "--lanes", "3"], "one lane"),
     ):
         r = run_cli("encode", *args, "-c", tmp_path / "text")
         assert r.returncode != 0 and says in r.stderr.decode() and not r.stdout, (args, r.stderr)

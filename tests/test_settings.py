@@ -55,7 +55,7 @@ def test_an_input_cut_into_frames_codes_them_at_three_quarters_of_the_lanes():
     assert lanes(3_500_000, 1_750_000) == lanes(100_000_000, 4 << 20) == frame_lanes(whole) == whole * 3 // 4
     assert lanes(1_000_000, 200_000) == 4  # and 40 kB per lane at least, as any input
     assert lanes(3_500_000, 1_750_000, lanes=whole) == whole  # explicit wins
-    fast = make_settings(size_hint=10**7, frame_size=1 << 22, device="cpu", hidden=0)
+    fast = make_settings(size_hint=10**7, frame_size=1 << 22, device="cpu", hidden=0, engine="bytes")
     assert fast.lanes == 64  # the fast level keeps its lanes
     assert [frame_lanes(n) for n in (1, 2, 4, 8, 16)] == [1, 1, 3, 6, 12]
 

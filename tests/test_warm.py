@@ -61,7 +61,7 @@ def test_the_first_encode_compiles_in_a_child_and_later_runs_find_the_kernels(tm
     (tmp_path / "dyncompress" / "warm.py").write_text("open('DECOY', 'w')\ndef main(kind): pass\n")
     # (the child's lanes; -T 1: the child compiles for the command's thread count, and one thread
     # needs none of the split kernels)
-    r = _command("encode", "--fast", "--lanes", "64", "-T", "1", src, cwd=tmp_path, env=env)
+    r = _command("encode", "--fast", "--engine", "bytes", "--lanes", "64", "-T", "1", src, cwd=tmp_path, env=env)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     assert not (tmp_path / "DECOY").exists()
     # the child compiled the fast level's kernels into numba's cache and left the stamp
@@ -108,8 +108,8 @@ def test_the_kind_of_a_file_is_read_from_its_header(tmp_path, model):
 
     data = corpus("xargs.1")[:3000]
     for name, knobs, kind in [
-        ("fast", dict(model=None, hidden=0), "fast"),
-        ("bits", dict(model=None, hidden=0, engine="bits"), "bits"),
+        ("fast", dict(model=None, hidden=0, engine="bytes"), "fast"),
+        ("bits", dict(model=None, hidden=0), "bits"),
         ("online", dict(model=None, hidden=32, lanes=2), "online"),
         ("model", dict(model=model, lanes=2), "model"),
     ]:

@@ -54,7 +54,7 @@ CASES6 = {
         dict(model=None, hidden=0, engine="bits", block_size=1000, frame_size=2000, device="cpu"),
     ),
     # the fast level's byte statistics (no network), and online mode with the experts
-    "fast-bytes": (CORPUS("fields.c")[:3000], dict(model=None, hidden=0, device="cpu")),
+    "fast-bytes": (CORPUS("fields.c")[:3000], dict(model=None, hidden=0, engine="bytes", device="cpu")),
     "online-experts": (CORPUS("quijote_8k.txt")[:2000], dict(model=None, hidden=16, lanes=2, device="cpu")),
 }
 

@@ -29,7 +29,7 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "default": ("alice29.txt", 8_000, {}),
     "level1": ("alice29.txt", 8_000, {"level": 1}),
     "level9": ("alice29.txt", 8_000, {"level": 9}),
-    "fast": ("alice29.txt", 20_000, {"model": None, "hidden": 0}),
+    "fast": ("alice29.txt", 20_000, {"model": None, "hidden": 0, "engine": "bytes"}),
     "online": ("alice29.txt", 8_000, {"model": None}),
     "online-level1": ("enwik4", 10_000, {"model": None, "level": 1}),
     "frames": ("alice29.txt", 12_000, {"frame_size": 4_096}),
@@ -37,7 +37,7 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "online-lanes": ("enwik4", 10_000, {"model": None, "lanes": 3}),
     "foreign": ("quijote_8k.txt", 16_384, {}),  # (`auto.AUTO_MIN`: the least it probes)
     "auto-online": ("hongloumeng_6k.txt", 16_384, {}),
-    "binary-fast": ("calgary_obj1", 21_504, {"model": None, "hidden": 0}),
+    "binary-fast": ("calgary_obj1", 21_504, {"model": None, "hidden": 0, "engine": "bytes"}),
     "bits": ("alice29.txt", 20_000, {"model": None, "hidden": 0, "engine": "bits"}),
     "binary-bits": ("calgary_obj1", 21_504, {"model": None, "hidden": 0, "engine": "bits"}),
 }

@@ -73,7 +73,7 @@ def main() -> int:
     from dyncompress.experts.mix import Experts
 
     if a.level == "fast":
-        s = make_settings(model=None, hidden=0, threads=1, size_hint=1_000_000)
+        s = make_settings(model=None, hidden=0, engine="bytes", threads=1, size_hint=1_000_000)
     else:
         s = make_settings(model=find(DEFAULT_MODEL), threads=1, size_hint=1_000_000)
     experts = Experts(s.mix, s.lanes, network=bool(s.hidden))

@@ -84,7 +84,7 @@ def main() -> None:
 
 
 # --fast's speed, the same words in --help and README.md (test_cli checks): bench/report.py, bench/speed.py
-FAST_SPEED = "5 to 6 times the default level's speed (enwik6 from the command line on 2 cores: 95-142 kB/s)"
+FAST_SPEED = "about 10 times the default level's speed (enwik6 from the command line: about 200 kB/s, one core)"
 D = Settings()
 MODEL_HELP = (
     "The model file to decode with, when the one the file names is not installed here "
@@ -138,7 +138,8 @@ MODEL_HELP = (
 @click.option(
     "--fast",
     is_flag=True,
-    help=f"No network: the byte statistics and their mixer alone, {FAST_SPEED}, smaller than xz -9e and PPMd on "
+    help=f"No network: the bitwise context-mixing engine alone (--engine bytes: the byte statistics), {FAST_SPEED}, "
+    "smaller than xz -9e and PPMd on "
     "text. A level of its own.",
 )
 @knob(
@@ -187,9 +188,9 @@ MODEL_HELP = (
 @knob(
     "--engine",
     click.Choice(ENGINES),
-    "With --fast, what codes: bytes, the byte statistics and their mixer; bits, the bitwise context-mixing "
-    "engine (a bit at a time, one thread; in development: about 2.5 times --fast's speed and smaller on most "
-    "text) [bytes].",
+    "With --fast, what codes: bits, the bitwise context-mixing engine (a bit at a time, one thread per "
+    "frame); bytes, the byte statistics and their mixer (--fast's engine of format 5: slower, larger) "
+    "[bits].",
 )
 @knob(
     "-T",
@@ -234,7 +235,7 @@ def encode(
     A small input gets fewer lanes (one per 40 kB), and the frames of a longer
     input three quarters of the level's. With --online the level picks the
     network's size instead. --fast codes without a network: the
-    byte statistics and their mixer alone, 5 to 6 times faster.
+    bitwise context-mixing engine alone, about 10 times faster.
     """
     opts = make_options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
@@ -245,9 +246,9 @@ def encode(
         online = True  # no model
     elif not online and "hidden" in knobs and not model:
         raise click.UsageError("--hidden sets the network of online mode; add --online")
-    if knobs.get("engine") == "bits" and not fast:
-        raise click.UsageError("--engine bits codes without a network so far: add --fast")
-    bits = knobs.get("engine") == "bits"
+    if "engine" in knobs and not fast:
+        raise click.UsageError("--engine chooses --fast's engine (the network's levels code bytes): add --fast")
+    bits = fast and knobs.get("engine", "bits") == "bits"
     _compile_ahead(
         opts, ["bits" if bits else "fast" if fast else "online" if online else "model"], knobs.get("threads")
     )

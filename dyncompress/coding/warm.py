@@ -4,7 +4,7 @@ numba compiles the kernels (`experts`, `network.step_kernels`, `network.update_k
 first call and keeps them in its cache. Compiling costs memory that the process keeps afterwards
 (LLVM's modules stay alive with the functions they made, and the heap it freed is not given back).
 So `encode`, `decode` and `test` first look for a stamp that says this installation's kernels are compiled for
-the way they code (KINDS: the default model, online mode, the fast level, the bits engine; `decode` and `test` read
+the way they code (KINDS: the default model, online mode, the fast level's two engines; `decode` and `test` read
 it in the files' headers). Where there is none they run `main` in a child process (`CHILD`), before
 they load torch or allocate a table: it codes a tiny input that way (`codec.fingerprint` with
 small tables, in as many lanes as a large input has, at the command's thread count), numba compiles
@@ -150,7 +150,7 @@ def compile_kernels(kind: str, threads: int | None = None) -> None:
     from dyncompress.config.model import find
 
     model = find(DEFAULT_MODEL) if kind == "model" else None
-    knobs = {"online": {}, "fast": {"hidden": 0}, "bits": {"hidden": 0, "engine": "bits"}}.get(kind, {"model": model})
+    knobs = {"online": {}, "fast": {"hidden": 0, "engine": "bytes"}, "bits": {"hidden": 0}}.get(kind, {"model": model})
     fingerprint(make_settings(threads=threads or default_threads(), **knobs, **SMALL_TABLES), model)
 
 

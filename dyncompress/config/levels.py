@@ -95,14 +95,16 @@ FROZEN_NEEDS_MODEL = "sparse and LoRA adaptation adapt a pretrained model; onlin
 # A lane per 40 kB of input at least: a lane needs enough bytes to adapt on.
 MIN_LANE_BYTES = 40 * 1024
 
-# The fast level (`encode --fast`, hidden 0): no network, the byte statistics and their mixer alone.
+# The fast level with the engine "bytes" (`encode --fast --engine bytes`, hidden 0): no network, the
+# byte statistics and their mixer alone.
 # More lanes cost the statistics little and let a step's lanes split over the threads: one lane per
 # FAST_LANE_BYTES, at most 64. Every expert but the APM (it halves the speed).
 FAST_EXPERTS = LIGHT["experts"]
 # One mixer at 3/4 of the rate, not two; each hashed context in its own row (ways 1): both for speed.
 FAST = dict(LIGHT, hidden=0, rule="static", lanes=64, mix_lr=0.000375)  # (LIGHT: the four above)
 FAST_LANE_BYTES = 8 * 1024
-# The bitwise engine (`--fast --engine bits`, engine "bits"): no network, one lane; its hash table
+# The fast level's engine (`--fast`, engine "bits"; `--engine bytes` the statistics above, FAST): the
+# bitwise engine, no network, one lane; its hash table
 # 2^22 slots of 16 bytes, a ring of 2^24 bytes, 2^20 match positions (fewer for a small input:
 # `tables_for_size`).
 BITS = dict(hidden=0, rule="static", lanes=1, engine="bits")
@@ -269,7 +271,8 @@ def make_settings(
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
     fast = settings is None and overrides.get("hidden") == 0  # the fast level: lanes for size its own way
-    bits = settings is None and overrides.get("engine") == "bits"  # the bitwise engine: one lane, its tables
+    # the fast level's engine is the bitwise one (one lane, its tables) unless engine "bytes" is asked
+    bits = settings is None and overrides.get("engine", "bits" if fast else "bytes") == "bits"
     lanes_given = "lanes" in overrides or bits
     if bits:
         overrides = {**FAST, **BITS, **overrides}
