@@ -21,12 +21,14 @@ from pathlib import Path
 
 from dyncompress.cli.peers import PEERS, BenchRow, CommandPeer, bench_command, bench_peer, command_peers
 
-LEVELS = {"default": (), "fast": ("--fast",), "9": ("-9",), "1": ("-1",)}
+LEVELS = {"default": (), "fast": ("--fast",), "fast-bytes": ("--fast", "--engine", "bytes"), "9": ("-9",), "1": ("-1",)}
 
 
 def dyncompress_peer(level: str) -> CommandPeer:
     """dyncompress at a level, as a command (the same interpreter as this script)."""
-    name = "dyncompress" + ("" if level == "default" else f" -{level}" if level.isdigit() else f" --{level}")
+    name = "dyncompress" + (
+        "" if level == "default" else f" -{level}" if level.isdigit() else " " + " ".join(LEVELS[level])
+    )
     cli = (sys.executable, "-m", "dyncompress")
     return CommandPeer(name, (*cli, "encode", "-f", "-q", *LEVELS[level], "-o", "{out}", "{in}"),
                        (*cli, "decode", "-f", "-q", "-o", "{out}", "{in}"))  # fmt: skip
