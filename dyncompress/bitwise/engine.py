@@ -30,6 +30,7 @@ from numba import njit
 from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
 from dyncompress.bitwise import coder
 from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
+from dyncompress.experts.common import P1, P2, mix64
 
 # the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4, 6 of the bytes
 # before; the current word, the current and the previous word, the word with the byte before it;
@@ -143,16 +144,7 @@ def table_bytes(table_bits: int, ring_bits: int, match_bits: int) -> int:
     return fixed + (16 << table_bits) + (1 << ring_bits) + (8 << match_bits)
 
 
-P1 = np.uint64(0x9E3779B97F4A7C15)
-P2 = np.uint64(0xBF58476D1CE4E5B9)
-U29, U31, U32, U56 = np.uint64(29), np.uint64(31), np.uint64(32), np.uint64(56)
-
-
-@njit(cache=True, inline="always")
-def mix64(x):
-    """A 64-bit hash of x (uint64)."""
-    x = (x ^ (x >> U31)) * P1
-    return (x ^ (x >> U29)) * P2
+U32, U56 = np.uint64(32), np.uint64(56)
 
 
 @njit(cache=True, inline="always")
