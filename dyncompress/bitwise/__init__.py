@@ -13,6 +13,7 @@ spends -log2 p bits on what came. Every value is an integer, so every machine co
              probabilities of its binary tree, exactly
     engine   the models, the mixer and the APMs, and the loop that codes a buffer
 
-Status: the engine codes a buffer on its own (`engine.compress` / `engine.decompress`,
-`bench/bitwise.py` measures it); it is not yet a level of the container format.
+The engine codes a block whole (`engine.BlockCoder`): the container's engine "bits" (format 6),
+which `--fast` codes with; `bench/bitwise.py` measures it alone. The network does not enter it yet
+(`tree` is how it will: docs/METHOD.md section 3c).
 """
