@@ -182,6 +182,13 @@ def test_coded_bitwise_the_network_costs_what_it_costs_bytewise():
     assert bytes(back) == data
 
 
+def test_the_engine_says_how_much_memory_its_model_holds():
+    """`table_bytes` (what `info` prints) counts every array `new_model` makes."""
+    for sizes in ((12, 14, 10), (16, 12, 13)):
+        m = engine.new_model(*sizes)
+        assert engine.table_bytes(*sizes) == sum(a.nbytes for a in m if isinstance(a, np.ndarray))
+
+
 SMALL = {"table_bits": 14, "ring_bits": 16, "match_bits": 12}
 
 

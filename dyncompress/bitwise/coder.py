@@ -22,13 +22,12 @@ from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: 
 
 TOP = np.int64(0xFF000000)
 WORD = np.int64(0xFFFFFFFF)
-P_BITS = 16  # the probabilities `code` takes are p / 2^16 that the bit is 1, p in 1 ... 2^16 - 1
 X1, X2, X, POS = 0, 1, 2, 3  # the registers of a coder's state array
 
 
 def new_state(payload: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """A coder's (state, buffer): for encoding (payload None) an empty buffer of some size (`grow`
-    when `room` says so); for decoding the payload, with its first four bytes already in x."""
+    """A coder's (state, buffer): for encoding (payload None) an empty buffer (`room` makes it larger
+    before a span is coded); for decoding the payload, with its first four bytes already in x."""
     st = np.zeros(4, dtype=np.int64)
     st[X2] = WORD
     if payload is None:

@@ -30,7 +30,7 @@ from numba import njit
 from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
 from dyncompress.bitwise import coder
 from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
-from dyncompress.experts.common import P1, P2, mix64
+from dyncompress.experts.common import P1, P2, is_letter, mix64
 
 # the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4, 6 of the bytes
 # before; the current word, the current and the previous word, the word with the byte before it;
@@ -40,20 +40,24 @@ HASHED = 11
 DIRECT = 2
 MODELS = DIRECT + HASHED
 N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
-MIXER_SETS = (256, 256, 256, 64)  # the first-layer mixers' weight sets: by the byte's bits so far, by the
-# last byte, by the match's length bucket and the bit's position
+# the first-layer mixers' weight sets: by the byte's bits so far; by the last byte; by the match's
+# length bucket, whether it agrees, and the bit's position; by how many of orders 2, 3, 4, 6 have seen
+# their context, and the bit's position
+MIXER_SETS = (256, 256, 256, 64)
 MATCH_MIN = 6  # the bytes the match model hashes to find a repeat
 MATCH_BUCKETS = 16
 SM_LIMIT = 1023  # a state map's count limit: its rate settles at 1 / (SM_LIMIT + 1.5)
-MIX_RATE = 24  # the first layer's learning rate: a weight moves x * err * MIX_RATE / 2^16
+# the mixers' learning rates: a weight moves x * (4096 y - p) * rate / 2^16 (x, p in their integer units)
+MIX_RATE = 24
 FINAL_RATE = 8
-W_INIT = 1 << 13  # a first-layer weight's start (0.25)
-APM_RATE = 6  # an APM point moves 1 / 2^7 of the way to each bit
+W_INIT = 1 << 13  # a first-layer weight's start (1/8: the inputs' sum starts near their mean)
+APM_RATE = 6  # an APM point moves 1 / 2^APM_RATE of the way to each bit
+APM_CONTEXTS = (256, 1 << 16, 1 << 18)  # the APMs' contexts: bits so far; and the last byte; and a hash of two
 
-# registers (an int64 array: every value the loop carries from one bit to the next; LINE, LINE1: where
+# registers (an int64 array: every value the loop carries from one byte to the next; LINE, LINE1: where
 # the current and the previous line start)
-C0, C4, C8, BITPOS, WORD, WORD1, MPTR, MLEN, POS, MPRED, LINE, LINE1 = range(12)
-N_REGS = 12
+C0, C4, C8, WORD, WORD1, MPTR, MLEN, POS, MPRED, LINE, LINE1 = range(11)
+N_REGS = 11
 
 
 class Model(NamedTuple):
@@ -63,12 +67,12 @@ class Model(NamedTuple):
     o0 (256,) and o1 (65536,) uint8: the direct models' histories; sm (MODELS, 256) int64 and sn
     (MODELS, 256): the state maps' probabilities (2^-22) and counts; ring (2^rb,) uint8: the bytes
     seen (the match model's history); mtab (2^mb,) int64: the position after a hash of MATCH_MIN
-    bytes; msm, msn (2 * MATCH_BUCKETS * 2,): the match model's map, by length bucket, expected bit
-    and whether it still agrees; w1 (sum MIXER_SETS, N_INPUTS) int64, w2 (len(MIXER_SETS) + 1,)
-    int64: the mixers' weights; apm1 (256 * 33,), apm2 (2^16 * 33,), apm3 (2^18 * 33,) int32: the
-    APMs' points (2^-16);
-    x (N_INPUTS,) int64 scratch; sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,):
-    the state machine and its priorities; init (256,): a state map's start."""
+    bytes; msm, msn (1, 1 + 2 MATCH_BUCKETS) int64: the match model's state map, row 1 + 2 bucket +
+    expected bit while the match agrees (row 0: none); w1 (sum MIXER_SETS, N_INPUTS) int64, w2
+    (len(MIXER_SETS) + 1,) int64: the mixers' weights; apm1, apm2, apm3 (APM_CONTEXTS * 33,) int32: the
+    APMs' points (2^-16); x (N_INPUTS,) int64 scratch; sq, st: squash and stretch; nxt (256, 2) uint8
+    and pri (256,): the state machine and its priorities; recip (SM_LIMIT + 1,): a state map's rate
+    by its count, 2^17 / (2n + 3)."""
 
     reg: np.ndarray
     ctx: np.ndarray
@@ -107,7 +111,6 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -
     match positions."""
     s = states()
     sm = np.tile(s.initial_probability(), (MODELS, 1))
-    half = np.full(4 * MATCH_BUCKETS, 1 << 21, dtype=np.int64)
     reg = np.zeros(N_REGS, dtype=np.int64)
     reg[C0] = 1
     return Model(
@@ -121,13 +124,13 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -
         sn=np.zeros((MODELS, 256), dtype=np.int64),
         ring=np.zeros(1 << ring_bits, dtype=np.uint8),
         mtab=np.zeros(1 << match_bits, dtype=np.int64),
-        msm=half,
-        msn=np.zeros(4 * MATCH_BUCKETS, dtype=np.int64),
+        msm=np.full((1, 1 + 2 * MATCH_BUCKETS), 1 << 21, dtype=np.int64),
+        msn=np.zeros((1, 1 + 2 * MATCH_BUCKETS), dtype=np.int64),
         w1=np.full((sum(MIXER_SETS), N_INPUTS), W_INIT, dtype=np.int64),
         w2=np.append(np.full(len(MIXER_SETS), (1 << 16) // len(MIXER_SETS)), 0).astype(np.int64),
-        apm1=_apm_start(256),
-        apm2=_apm_start(1 << 16),
-        apm3=_apm_start(1 << 18),
+        apm1=_apm_start(APM_CONTEXTS[0]),
+        apm2=_apm_start(APM_CONTEXTS[1]),
+        apm3=_apm_start(APM_CONTEXTS[2]),
         x=np.zeros(N_INPUTS, dtype=np.int64),
         sq=squash_table(),
         st=stretch_table(),
@@ -138,23 +141,29 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -
 
 
 def table_bytes(table_bits: int, ring_bits: int, match_bits: int) -> int:
-    """The memory a model of these sizes holds, in bytes (its arrays; `new_model`)."""
-    m = new_model(10, 10, 10)
-    fixed = sum(a.nbytes for a in m if isinstance(a, np.ndarray)) - m.table.nbytes - m.ring.nbytes - m.mtab.nbytes
-    return fixed + (16 << table_bits) + (1 << ring_bits) + (8 << match_bits)
+    """The memory a model of these sizes holds in its arrays, in bytes (`new_model`'s, counted
+    without making them): the sized three, the APMs, the direct and mixer tables."""
+    sized = (16 << table_bits) + (1 << ring_bits) + (8 << match_bits)
+    apms = 4 * 33 * sum(APM_CONTEXTS)
+    direct = 256 + (1 << 16) + 2 * 8 * MODELS * 256 + 2 * 8 * (1 + 2 * MATCH_BUCKETS)
+    mixers = 8 * (sum(MIXER_SETS) * N_INPUTS + len(MIXER_SETS) + 1 + N_INPUTS)
+    shared = 8 * (2 * (2 * STRETCH_LIMIT + 1) + 1) + 2 * 256 + 8 * 256 + 8 * (SM_LIMIT + 1)  # sq, st, nxt, pri, recip
+    return sized + apms + direct + mixers + 8 * N_REGS + 16 * HASHED + shared
 
 
 U32, U56 = np.uint64(32), np.uint64(56)
 
 
 @njit(cache=True, inline="always")
+def clip(v, lo, hi):
+    """v held in lo ... hi."""
+    return lo if v < lo else hi if v > hi else v
+
+
+@njit(cache=True, inline="always")
 def squash(d, sq):
     """The probability (12 bits) of a stretched value d, clipped to |d| <= 2047."""
-    if d > STRETCH_LIMIT:
-        d = STRETCH_LIMIT
-    if d < -STRETCH_LIMIT:
-        d = -STRETCH_LIMIT
-    return sq[d + STRETCH_LIMIT]
+    return sq[clip(d, -STRETCH_LIMIT, STRETCH_LIMIT) + STRETCH_LIMIT]
 
 
 @njit(cache=True, inline="always")
@@ -216,7 +225,6 @@ def code_span(m, data, start, stop, st, buf, decode):
     sets2 = sets1 + MIXER_SETS[2]
     pr_l1 = np.zeros(len(MIXER_SETS), dtype=np.int64)
     row_l1 = np.zeros(len(MIXER_SETS), dtype=np.int64)
-    node = np.zeros(MODELS, dtype=np.int64)
     for i in range(start, stop):
         c = np.int64(data[i]) if not decode else np.int64(0)
         for bit in range(8):
@@ -228,14 +236,13 @@ def code_span(m, data, start, stop, st, buf, decode):
                     m.slot[k] = find_slot(m.table, key, m.pri)
             j = c0 if bit < 4 else ((c0 & ((1 << (bit - 4)) - 1)) | (1 << (bit - 4)))
             c1 = reg[C4] & 255
-            node[0] = c0
-            node[1] = (c1 << 8) | c0
+            at1 = (c1 << 8) | c0  # order 1's history
             hist = m.o0[c0]
             seen = 0
             pk = m.sm[0, hist] >> 10
             x[0] = m.st[pk]
             x[MODELS] = (pk - 2048) >> 2
-            hist = m.o1[node[1]]
+            hist = m.o1[at1]
             pk = m.sm[1, hist] >> 10
             x[1] = m.st[pk]
             x[MODELS + 1] = (pk - 2048) >> 2
@@ -254,12 +261,9 @@ def code_span(m, data, start, stop, st, buf, decode):
             mrow = 0
             if mlen > 0:
                 expected = (reg[MPRED] >> (7 - bit)) & 1
-                if ((reg[MPRED] | 256) >> (8 - bit)) == c0:
-                    b = min(mlen, MATCH_BUCKETS - 1)
-                    mrow = (b * 2 + expected) * 2 + 1
-                else:
-                    mrow = 0
-            x[2 * MODELS] = m.st[m.msm[mrow] >> 10] if mrow != 0 else 0
+                if ((reg[MPRED] | 256) >> (8 - bit)) == c0:  # the bits so far are the predicted byte's
+                    mrow = 1 + 2 * min(mlen, MATCH_BUCKETS - 1) + expected
+            x[2 * MODELS] = m.st[m.msm[0, mrow] >> 10] if mrow != 0 else 0
             x[2 * MODELS + 1] = 256
             # the first layer: one mixer per selector, each on the same inputs
             row_l1[0] = c0
@@ -273,11 +277,7 @@ def code_span(m, data, start, stop, st, buf, decode):
                 dot = np.int64(0)
                 for k in range(N_INPUTS):
                     dot += x[k] * m.w1[r, k]
-                d = dot >> 16
-                if d > STRETCH_LIMIT:
-                    d = STRETCH_LIMIT
-                if d < -STRETCH_LIMIT:
-                    d = -STRETCH_LIMIT
+                d = clip(dot >> 16, -STRETCH_LIMIT, STRETCH_LIMIT)
                 pr_l1[s] = d
                 dot2 += d * m.w2[s]
             dot2 += 256 * m.w2[len(MIXER_SETS)]
@@ -288,11 +288,7 @@ def code_span(m, data, start, stop, st, buf, decode):
             pa2, ia2 = apm_predict(m.apm2, cx2, pm, m.st)
             cx3 = np.int64(mix64(np.uint64(((reg[C4] & 0xFFFF) << 8) | c0)) >> np.uint64(46))
             pa3, ia3 = apm_predict(m.apm3, cx3, pm, m.st)
-            p = (pm + pa1 + 3 * pa2 + 3 * pa3 + 4) >> 3
-            if p < 1:
-                p = 1
-            if p > PROB_ONE - 1:
-                p = PROB_ONE - 1
+            p = clip((pm + pa1 + 3 * pa2 + 3 * pa3 + 4) >> 3, 1, PROB_ONE - 1)
             # code the bit
             y = coder.code(st, buf, p << 4, (c >> (7 - bit)) & 1, decode)
             # learn
@@ -311,9 +307,9 @@ def code_span(m, data, start, stop, st, buf, decode):
             hist = m.o0[c0]
             sm_update(m.sm, m.sn, 0, hist, y, m.recip)
             m.o0[c0] = m.nxt[hist, y]
-            hist = m.o1[node[1]]
+            hist = m.o1[at1]
             sm_update(m.sm, m.sn, 1, hist, y, m.recip)
-            m.o1[node[1]] = m.nxt[hist, y]
+            m.o1[at1] = m.nxt[hist, y]
             for k in range(HASHED):
                 at = m.slot[k] + j
                 hist = m.table[at]
@@ -321,10 +317,7 @@ def code_span(m, data, start, stop, st, buf, decode):
                     sm_update(m.sm, m.sn, DIRECT + k, hist, y, m.recip)
                 m.table[at] = m.nxt[hist, y]
             if mrow != 0:
-                n = m.msn[mrow]
-                m.msm[mrow] += (((y << 22) - m.msm[mrow]) * m.recip[n]) >> 16
-                if n < SM_LIMIT:
-                    m.msn[mrow] = n + 1
+                sm_update(m.msm, m.msn, 0, mrow, y, m.recip)
             reg[C0] = (c0 << 1) | y
         # the byte is known: the contexts move on
         c = reg[C0] & 255
@@ -347,8 +340,7 @@ def _next_byte(m, c, rmask, mmask):
     reg[C0] = 1
     reg[C8] = ((reg[C8] << 8) | (reg[C4] >> 24)) & 0xFFFFFFFF
     reg[C4] = ((reg[C4] << 8) | c) & 0xFFFFFFFF
-    letter = (97 <= (c | 32) <= 122) or c >= 128
-    if letter:
+    if is_letter(c):
         reg[WORD] = ((reg[WORD] + (c | 32) + 1) * 0x2F0F3) & 0xFFFFFFFF
     elif reg[WORD] != 0:
         reg[WORD1] = reg[WORD]

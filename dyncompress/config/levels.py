@@ -104,9 +104,8 @@ FAST_EXPERTS = LIGHT["experts"]
 FAST = dict(LIGHT, hidden=0, rule="static", lanes=64, mix_lr=0.000375)  # (LIGHT: the four above)
 FAST_LANE_BYTES = 8 * 1024
 # The fast level's engine (`--fast`, engine "bits"; `--engine bytes` the statistics above, FAST): the
-# bitwise engine, no network, one lane; its hash table
-# 2^22 slots of 16 bytes, a ring of 2^24 bytes, 2^20 match positions (fewer for a small input:
-# `tables_for_size`).
+# bitwise engine, no network, one lane; its hash table 2^22 slots of 16 bytes, a ring of 2^24 bytes,
+# 2^20 match positions (fewer for a small input: `tables_for_size`).
 BITS = dict(hidden=0, rule="static", lanes=1, engine="bits")
 BITS_TABLES = dict(table_bits=22, history_bits=24, match_bits=20)
 
