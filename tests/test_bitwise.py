@@ -184,7 +184,7 @@ def test_coded_bitwise_the_network_costs_what_it_costs_bytewise():
 
 def test_the_engine_says_how_much_memory_its_model_holds():
     """`table_bytes` (what `info` prints) counts every array `new_model` makes."""
-    for sizes in ((12, 14, 10), (16, 12, 13)):
+    for sizes in ((12, 14, 10, 1), (16, 12, 13, 1), (12, 10, 11, 5)):
         m = engine.new_model(*sizes)
         assert engine.table_bytes(*sizes) == sum(a.nbytes for a in m if isinstance(a, np.ndarray))
 
@@ -213,23 +213,95 @@ def test_the_engine_round_trips_real_text_binary_and_edge_cases(name):
         assert len(payload) < len(data) * 1.01 + 16
 
 
-_OTHER_KERNELS = """
-import sys
+# A stand-in for the predictor: lanes as the codec cuts them, each with order-1 counts (a byte's
+# frequency 16 per time seen after the last byte, plus 1), coded through `engine.code_step`.
+_LANES = """
+import numpy as np
 from dyncompress.bitwise import engine
+
+
+def code_lanes(data, lanes, payload=None, oracle=False):
+    \"\"\"The engine's payload for `data` cut into `lanes` (decoding `payload` instead: the bytes).\"\"\"
+    n = len(data)
+    step_len = -(-n // lanes)
+    lens = [max(0, min(step_len, n - b * step_len)) for b in range(lanes)]
+    parts = [np.frombuffer(data[b * step_len : b * step_len + lens[b]], np.uint8) for b in range(lanes)]
+    out = [bytearray() for _ in range(lanes)]
+    m = engine.new_model(14, 12, 12, lanes=lanes)
+    coder = engine.LaneEncoder(m) if payload is None else engine.LaneDecoder(m, payload)
+    counts = np.zeros((lanes, 256, 256), np.int64)
+    prev = np.zeros(lanes, np.int64)
+    for t in range(step_len):
+        k = sum(length > t for length in lens)
+        freqs = counts[np.arange(k), prev[:k]] * 16 + 1
+        sym = np.array([p[t] for p in parts[:k]], np.int32)
+        if oracle:  # (a test of trust: the true byte nearly certain)
+            freqs[np.arange(k), sym] = 1 << 24
+        if payload is not None:
+            sym[:] = 0
+        coder.code(freqs, sym)
+        for b in range(k):
+            out[b].append(int(sym[b]))
+        counts[np.arange(k), prev[:k], sym] += 1
+        prev[:k] = sym
+    return coder.finish() if payload is None else b"".join(out)
+"""
+
+_OTHER_KERNELS = (
+    _LANES
+    + """
+import sys
 data = sys.stdin.buffer.read()
 payload = engine.compress(data, table_bits=14, ring_bits=16, match_bits=12)
 assert engine.decompress(payload, len(data), table_bits=14, ring_bits=16, match_bits=12) == data
-sys.stdout.buffer.write(payload)
+lanes = code_lanes(data, 3)
+sys.stdout.buffer.write(len(payload).to_bytes(4, "little") + payload + lanes)
 """
+)
+_lanes: dict = {}
+exec(_LANES, _lanes)
+code_lanes = _lanes["code_lanes"]
+
+
+def _order1_cost(data: bytes, lanes: int) -> float:
+    """Bits the stand-in predictor's tables cost coded whole (`code_lanes`' counts)."""
+    step_len = -(-len(data) // lanes)
+    bits = 0.0
+    for b in range(lanes):
+        counts = np.zeros((256, 256), np.int64)
+        prev = 0
+        for c in data[b * step_len : (b + 1) * step_len]:
+            row = counts[prev] * 16 + 1
+            bits -= math.log2(row[c] / row.sum())
+            counts[prev, c] += 1
+            prev = c
+    return bits
+
+
+def test_lanes_coded_through_the_engine_with_a_predictor_mixed_last():
+    """Lanes of text coded in turn, a predictor's table mixed in last (`code_step`): exact both ways,
+    with a ragged end (the last lane shorter, the lanes after it empty); the engine adds to a weak
+    predictor (well under its cost), and trusts a sure one from the first byte (its weight starts
+    at 1)."""
+    data = corpus("alice29.txt")[:20000] + corpus("calgary_obj1")[:3990]
+    payload = code_lanes(data, 4)
+    assert code_lanes(data, 4, payload=payload) == data
+    assert 8 * len(payload) < 0.8 * _order1_cost(data, 4)
+    sure = code_lanes(data[:3000], 3, oracle=True)
+    assert 8 * len(sure) < 0.05 * 3000
+    assert code_lanes(data[:3000], 3, payload=sure, oracle=True) == data[:3000]
+    assert code_lanes(data[:1000], 1, payload=code_lanes(data[:1000], 1)) == data[:1000]
 
 
 def test_the_engine_codes_the_same_bytes_under_generic_kernels(portable_kernels):
-    """Integers only: the engine compiled for a generic CPU writes the bytes this machine's does."""
+    """Integers only: the engine compiled for a generic CPU writes the bytes this machine's does,
+    alone and with lanes and a predictor's tables mixed in."""
     data = corpus("alice29.txt")[30000:45000] + corpus("calgary_obj1")[:5000]
     env = dict(os.environ, **portable_kernels)
     done = subprocess.run([sys.executable, "-c", _OTHER_KERNELS], input=data, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert done.stdout == engine.compress(data, **SMALL)
+    alone = engine.compress(data, **SMALL)
+    assert done.stdout == len(alone).to_bytes(4, "little") + alone + code_lanes(data, 3)
 
 
 # --- the engine in the container: engine "bits" (`encode --fast --engine bits`) ---------------

@@ -14,6 +14,7 @@ spends -log2 p bits on what came. Every value is an integer, so every machine co
     engine   the models, the mixer and the APMs, and the loop that codes a buffer
 
 The engine codes a block whole (`engine.BlockCoder`): the container's engine "bits" (format 6),
-which `--fast` codes with; `bench/bitwise.py` measures it alone. The network does not enter it yet
-(`tree` is how it will: docs/METHOD.md section 3c).
+which `--fast` codes with; `bench/bitwise.py` measures it alone. With a predictor's byte tables
+mixed in last (`engine.LaneEncoder`, through `tree`) it codes the codec's lanes: no level does yet,
+`bench/engine_mix.py` measures it beside the range coder (docs/METHOD.md section 3c).
 """
