@@ -1,13 +1,14 @@
 """The bitwise engine alone (`dyncompress.bitwise.engine`) beside PPMd o6, paq8px -8 and the levels.
 
-    python bench/bitwise.py [SPEC ...] [--paq8px PATH] [--levels fast default]
+    python bench/bitwise.py [SPEC ...] [--paq8px PATH] [--levels fast default] [--leave-out MODEL ...]
 
 SPEC is PATH[:START:STOP] (a byte range of the file; STOP may be written 1M, 500k); with none, the
 texts of issue 59's list. For each input, in one run on this machine: the engine's payload (no
 container: it is not a level yet) encoded and decoded in this process after a warm-up compile, one
 thread; PPMd order 6 in process (pyppmd); paq8px -8 and dyncompress at the given levels as
 commands on a file of the slice (whole .dc files, start-up included). Bits per byte, and input kB
-per second of wall time. Prints a Markdown table for BENCHMARKS.md.
+per second of wall time. Prints a Markdown table for BENCHMARKS.md. --leave-out: the engine without
+those models (`engine.MODEL_NAMES`), to see what each is worth.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def main() -> int:
     ap.add_argument("specs", nargs="*", metavar="SPEC")
     ap.add_argument("--paq8px", help="a paq8px binary (v216, built with its own CMake)")
     ap.add_argument("--levels", nargs="*", default=["fast"], help="dyncompress levels to run beside (default: fast)")
+    ap.add_argument("--leave-out", nargs="*", default=[], choices=engine.MODEL_NAMES, metavar="MODEL")
     a = ap.parse_args()
+    leave_out = tuple(a.leave_out)
     engine.compress(b"warm-up: compile the engine before timing it")
     paq = [c for c in command_peers(a.paq8px, None) if c.name.startswith("paq8px")]
     commands = [dyncompress_peer(level) for level in a.levels] + paq
@@ -89,9 +92,9 @@ def main() -> int:
                 rows = [BenchRow("PPMd o6")]
             rows += [bench_command(c, src, tmp) for c in commands]
             t0 = time.perf_counter()
-            payload = engine.compress(data)
+            payload = engine.compress(data, leave_out=leave_out)
             t1 = time.perf_counter()
-            if engine.decompress(payload, len(data)) != data:
+            if engine.decompress(payload, len(data), leave_out=leave_out) != data:
                 raise SystemExit(f"{name}: the engine did not decode its own payload")
             t2 = time.perf_counter()
             bpb = [f"{8 * r.size / len(data):.3f}" if r.size else "-" for r in rows]

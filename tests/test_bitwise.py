@@ -213,6 +213,22 @@ def test_the_engine_round_trips_real_text_binary_and_edge_cases(name):
         assert len(payload) < len(data) * 1.01 + 16
 
 
+@pytest.mark.parametrize("name", engine.MODEL_NAMES)
+def test_every_model_of_the_engine_is_used(name):
+    """Leaving one model out changes the code of real text (its inputs are mixed, its weights
+    chosen), and the engine without it still decodes what it coded."""
+    data = corpus("alice29.txt")[:16000] + corpus("calgary_obj1")[:4000]
+    whole = engine.compress(data, **SMALL)
+    less = engine.compress(data, leave_out=(name,), **SMALL)
+    assert less != whole
+    assert engine.decompress(less, len(data), leave_out=(name,), **SMALL) == data
+
+
+def test_the_engine_refuses_a_model_it_does_not_have():
+    with pytest.raises(ValueError, match="no such model in the engine: orders"):
+        engine.new_model(12, 12, 12, leave_out=("orders",))
+
+
 # A stand-in for the predictor: lanes as the codec cuts them, each with order-1 counts (a byte's
 # frequency 16 per time seen after the last byte, plus 1), coded through `engine.code_step`.
 _LANES = """

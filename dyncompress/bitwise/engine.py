@@ -46,6 +46,12 @@ from dyncompress.experts.common import N_KINDS, P1, P2, fine_kind, is_letter, mi
 HASHED = 11
 DIRECT = 2
 MODELS = DIRECT + HASHED
+# every model's name, in the order of its inputs (the direct, the hashed as `_next_byte` makes their
+# contexts), and the match model last: what `new_model(leave_out=...)` takes
+MODEL_NAMES = (
+    "order0", "order1", "order2", "order3", "order4", "order6", "word", "words", "word-byte",
+    "order5", "sparse", "order8", "column", "match",
+)  # fmt: skip
 N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
 # the first-layer mixers' weight sets: by the byte's bits so far; by the last byte; by the match's
 # length bucket, whether it agrees, and the bit's position; by how many of orders 2, 3, 4, 6 have seen
@@ -90,7 +96,8 @@ class Model(NamedTuple):
     the APMs' points (2^-16); x (N_INPUTS,), pr and row (len(MIXER_SETS),), sums (512,), xf
     (FINAL_INPUTS,) int64: scratch; wf (FINAL_SETS, FINAL_INPUTS) int64: the last mixer's weights
     (with a predictor); sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,): the state
-    machine and its priorities; recip (SM_LIMIT + 1,): a state map's rate by its count, 2^17 / (2n + 3).
+    machine and its priorities; recip (SM_LIMIT + 1,): a state map's rate by its count, 2^17 / (2n + 3);
+    use (len(MODEL_NAMES),) uint8: which models are on.
 
     With several lanes (coded in turn, `code_step`) reg, ctx, slot and ring have a row per lane;
     everything else is all lanes' (the lanes' bytes are one stream to the tables, the mixers and the
@@ -124,6 +131,7 @@ class Model(NamedTuple):
     nxt: np.ndarray
     pri: np.ndarray
     recip: np.ndarray
+    use: np.ndarray
 
 
 def _apm_start(contexts: int) -> np.ndarray:
@@ -133,9 +141,15 @@ def _apm_start(contexts: int) -> np.ndarray:
     return np.tile(sq[d + STRETCH_LIMIT] * 16, contexts).astype(np.int32)
 
 
-def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20, lanes: int = 1) -> Model:
+def new_model(
+    table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20, lanes: int = 1, leave_out: tuple[str, ...] = ()
+) -> Model:
     """A fresh model for `lanes` lanes coded in turn: 2^table_bits slots of 16 bytes, a ring of
-    2^ring_bits bytes a lane, 2^match_bits match positions."""
+    2^ring_bits bytes a lane, 2^match_bits match positions; without the models named in `leave_out`
+    (`MODEL_NAMES`: their inputs 0, nothing learned; the match's state also chooses no weights)."""
+    unknown = set(leave_out) - set(MODEL_NAMES)
+    if unknown:
+        raise ValueError(f"no such model in the engine: {', '.join(sorted(unknown))}")
     s = states()
     sm = np.tile(s.initial_probability(), (MODELS, 1))
     reg = np.zeros((lanes, N_REGS), dtype=np.int64)
@@ -169,6 +183,7 @@ def new_model(table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20, l
         nxt=s.next,
         pri=s.priority,
         recip=np.array([(1 << 17) // (2 * n + 3) for n in range(SM_LIMIT + 1)], dtype=np.int64),
+        use=np.array([name not in leave_out for name in MODEL_NAMES], dtype=np.uint8),
     )
 
 
@@ -181,6 +196,7 @@ def table_bytes(table_bits: int, ring_bits: int, match_bits: int, lanes: int = 1
     mixers = 8 * (sum(MIXER_SETS) * N_INPUTS + len(MIXER_SETS) + 1 + N_INPUTS + 2 * len(MIXER_SETS))
     mixers += 8 * (512 + FINAL_INPUTS + FINAL_SETS * FINAL_INPUTS)  # sums, xf, wf
     shared = 8 * (2 * (2 * STRETCH_LIMIT + 1) + 1) + 2 * 256 + 8 * 256 + 8 * (SM_LIMIT + 1)  # sq, st, nxt, pri, recip
+    shared += len(MODEL_NAMES)  # use
     return sized + apms + direct + mixers + lanes * (8 * N_REGS + 16 * HASHED) + shared
 
 
@@ -252,6 +268,7 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
     reg = m.reg[b]
     ctx = m.ctx[b]
     slot = m.slot[b]
+    use = m.use
     x = m.x
     pr_l1 = m.pr
     row_l1 = m.row
@@ -266,22 +283,20 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
         # the models' inputs
         if bit == 0 or bit == 4:
             for k in range(HASHED):
-                key = mix64(ctx[k] + np.uint64(c0) * P2 + np.uint64(k))
-                slot[k] = find_slot(m.table, key, m.pri)
+                if use[DIRECT + k]:
+                    key = mix64(ctx[k] + np.uint64(c0) * P2 + np.uint64(k))
+                    slot[k] = find_slot(m.table, key, m.pri)
         j = c0 if bit < 4 else ((c0 & ((1 << (bit - 4)) - 1)) | (1 << (bit - 4)))
         c1 = reg[C4] & 255
         at1 = (c1 << 8) | c0  # order 1's history
-        hist = m.o0[c0]
         seen = 0
-        pk = m.sm[0, hist] >> 10
-        x[0] = m.st[pk]
-        x[MODELS] = (pk - 2048) >> 2
-        hist = m.o1[at1]
-        pk = m.sm[1, hist] >> 10
-        x[1] = m.st[pk]
-        x[MODELS + 1] = (pk - 2048) >> 2
+        for k in range(DIRECT):
+            hist = m.o0[c0] if k == 0 else m.o1[at1]
+            pk = m.sm[k, hist] >> 10
+            x[k] = m.st[pk] if use[k] else 0
+            x[MODELS + k] = (pk - 2048) >> 2 if use[k] else 0
         for k in range(HASHED):
-            hist = m.table[slot[k] + j]
+            hist = m.table[slot[k] + j] if use[DIRECT + k] else 0
             if hist != 0:
                 pk = m.sm[DIRECT + k, hist] >> 10
                 x[DIRECT + k] = m.st[pk]
@@ -293,7 +308,7 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
                 x[MODELS + DIRECT + k] = 0
         mlen = reg[MLEN]
         mrow = 0
-        if mlen > 0:
+        if mlen > 0 and use[MODELS]:
             expected = (reg[MPRED] >> (7 - bit)) & 1
             if ((reg[MPRED] | 256) >> (8 - bit)) == c0:  # the bits so far are the predicted byte's
                 mrow = 1 + 2 * min(mlen, MATCH_BUCKETS - 1) + expected
@@ -355,13 +370,17 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
         m.apm1[ia1] += ((y << 16) - m.apm1[ia1]) >> APM_RATE
         m.apm2[ia2] += ((y << 16) - m.apm2[ia2]) >> APM_RATE
         m.apm3[ia3] += ((y << 16) - m.apm3[ia3]) >> APM_RATE
-        hist = m.o0[c0]
-        sm_update(m.sm, m.sn, 0, hist, y, m.recip)
-        m.o0[c0] = m.nxt[hist, y]
-        hist = m.o1[at1]
-        sm_update(m.sm, m.sn, 1, hist, y, m.recip)
-        m.o1[at1] = m.nxt[hist, y]
+        if use[0]:
+            hist = m.o0[c0]
+            sm_update(m.sm, m.sn, 0, hist, y, m.recip)
+            m.o0[c0] = m.nxt[hist, y]
+        if use[1]:
+            hist = m.o1[at1]
+            sm_update(m.sm, m.sn, 1, hist, y, m.recip)
+            m.o1[at1] = m.nxt[hist, y]
         for k in range(HASHED):
+            if not use[DIRECT + k]:
+                continue
             at = slot[k] + j
             hist = m.table[at]
             if hist != 0:
@@ -480,11 +499,13 @@ SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows betw
 class BlockCoder:
     """The engine for one frame: it codes the frame's blocks in turn, each block's payload a code of
     its own, the model's tables carried from one block to the next. Sizes: 2^table_bits slots of
-    16 bytes, a ring of 2^ring_bits bytes, 2^match_bits match positions. `progress(n)` hears of every
-    SPAN bytes coded."""
+    16 bytes, a ring of 2^ring_bits bytes, 2^match_bits match positions; `leave_out` as `new_model`'s.
+    `progress(n)` hears of every SPAN bytes coded."""
 
-    def __init__(self, table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20) -> None:
-        self.model = new_model(table_bits, ring_bits, match_bits)
+    def __init__(
+        self, table_bits: int = 22, ring_bits: int = 24, match_bits: int = 20, leave_out: tuple[str, ...] = ()
+    ) -> None:
+        self.model = new_model(table_bits, ring_bits, match_bits, leave_out=leave_out)
 
     def encode(self, data: bytes, progress=None) -> bytes:
         """The block's payload, padded with zero bytes to a multiple of 4 (the container's words)."""
@@ -541,11 +562,12 @@ class LaneDecoder:
         code_step(self.model, freqs, symbols, len(symbols), self.st, self.buf, True)
 
 
-def compress(data: bytes, **sizes) -> bytes:
-    """The engine's code for `data` from a fresh model (its length is the caller's to record)."""
-    return BlockCoder(**sizes).encode(data)
+def compress(data: bytes, **options) -> bytes:
+    """The engine's code for `data` from a fresh model (its length is the caller's to record);
+    options: `BlockCoder`'s sizes and `leave_out`."""
+    return BlockCoder(**options).encode(data)
 
 
-def decompress(payload: bytes, n: int, **sizes) -> bytes:
-    """The n bytes that `compress` coded into `payload`."""
-    return BlockCoder(**sizes).decode(payload, n)
+def decompress(payload: bytes, n: int, **options) -> bytes:
+    """The n bytes that `compress` coded into `payload` (with the same options)."""
+    return BlockCoder(**options).decode(payload, n)
