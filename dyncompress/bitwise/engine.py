@@ -65,6 +65,7 @@ SM_LIMIT = 1023  # a state map's count limit: its rate settles at 1 / (SM_LIMIT 
 MIX_RATE = 24
 FINAL_RATE = 8
 W_INIT = 1 << 13  # a first-layer weight's start (1/8: the inputs' sum starts near their mean)
+W_LIMIT = (1 << 31) - 1  # a first-layer weight (int32) held in +-W_LIMIT
 APM_RATE = 6  # an APM point moves 1 / 2^APM_RATE of the way to each bit
 APM_CONTEXTS = (256, 1 << 16, 1 << 18)  # the APMs' contexts: bits so far; and the last byte; and a hash of two
 # the last stage where a predictor's byte table comes in (`code_step`): a mixer of the predictor's bit
@@ -91,7 +92,7 @@ class Model(NamedTuple):
     (2^-22) and counts; ring (L, 2^rb) uint8: the bytes each lane has seen (the match model's
     history); mtab (2^mb,) int64: lane << LANE_SHIFT | the position after a hash of MATCH_MIN bytes;
     msm, msn (1, 1 + 2 MATCH_BUCKETS) int64: the match model's state map, row 1 + 2 bucket + expected
-    bit while the match agrees (row 0: none); w1 (sum MIXER_SETS, N_INPUTS) int64, w2
+    bit while the match agrees (row 0: none); w1 (sum MIXER_SETS, N_INPUTS) int32, w2
     (len(MIXER_SETS) + 1,) int64: the mixers' weights; apm1, apm2, apm3 (APM_CONTEXTS * 33,) int32:
     the APMs' points (2^-16); x (N_INPUTS,), pr and row (len(MIXER_SETS),), sums (512,), xf
     (FINAL_INPUTS,) int64: scratch; wf (FINAL_SETS, FINAL_INPUTS) int64: the last mixer's weights
@@ -167,7 +168,7 @@ def new_model(
         mtab=np.zeros(1 << match_bits, dtype=np.int64),
         msm=np.full((1, 1 + 2 * MATCH_BUCKETS), 1 << 21, dtype=np.int64),
         msn=np.zeros((1, 1 + 2 * MATCH_BUCKETS), dtype=np.int64),
-        w1=np.full((sum(MIXER_SETS), N_INPUTS), W_INIT, dtype=np.int64),
+        w1=np.full((sum(MIXER_SETS), N_INPUTS), W_INIT, dtype=np.int32),
         w2=np.append(np.full(len(MIXER_SETS), (1 << 16) // len(MIXER_SETS)), 0).astype(np.int64),
         apm1=_apm_start(APM_CONTEXTS[0]),
         apm2=_apm_start(APM_CONTEXTS[1]),
@@ -193,7 +194,7 @@ def table_bytes(table_bits: int, ring_bits: int, match_bits: int, lanes: int = 1
     sized = (16 << table_bits) + (lanes << ring_bits) + (8 << match_bits)
     apms = 4 * 33 * sum(APM_CONTEXTS)
     direct = 256 + (1 << 16) + 2 * 8 * MODELS * 256 + 2 * 8 * (1 + 2 * MATCH_BUCKETS)
-    mixers = 8 * (sum(MIXER_SETS) * N_INPUTS + len(MIXER_SETS) + 1 + N_INPUTS + 2 * len(MIXER_SETS))
+    mixers = 4 * sum(MIXER_SETS) * N_INPUTS + 8 * (len(MIXER_SETS) + 1 + N_INPUTS + 2 * len(MIXER_SETS))
     mixers += 8 * (512 + FINAL_INPUTS + FINAL_SETS * FINAL_INPUTS)  # sums, xf, wf
     shared = 8 * (2 * (2 * STRETCH_LIMIT + 1) + 1) + 2 * 256 + 8 * 256 + 8 * (SM_LIMIT + 1)  # sq, st, nxt, pri, recip
     shared += len(MODEL_NAMES)  # use
@@ -326,7 +327,7 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
             r = row_l1[s]
             dot = np.int64(0)
             for k in range(N_INPUTS):
-                dot += x[k] * m.w1[r, k]
+                dot += x[k] * np.int64(m.w1[r, k])
             d = clip(dot >> 16, -STRETCH_LIMIT, STRETCH_LIMIT)
             pr_l1[s] = d
             dot2 += d * m.w2[s]
@@ -366,7 +367,7 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
             r = row_l1[s]
             e = ((y << 12) - squash(pr_l1[s], m.sq)) * MIX_RATE
             for k in range(N_INPUTS):
-                m.w1[r, k] += (x[k] * e) >> 16
+                m.w1[r, k] = clip(np.int64(m.w1[r, k]) + ((x[k] * e) >> 16), -W_LIMIT, W_LIMIT)
         m.apm1[ia1] += ((y << 16) - m.apm1[ia1]) >> APM_RATE
         m.apm2[ia2] += ((y << 16) - m.apm2[ia2]) >> APM_RATE
         m.apm3[ia3] += ((y << 16) - m.apm3[ia3]) >> APM_RATE
