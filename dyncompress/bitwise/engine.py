@@ -39,24 +39,26 @@ from dyncompress.bitwise import coder, tree
 from dyncompress.bitwise.tables import PROB_ONE, STRETCH_LIMIT, squash_table, states, stretch_table
 from dyncompress.experts.common import N_KINDS, P1, P2, fine_kind, is_letter, mix64
 
-# the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4, 6 of the bytes
-# before; the current word, the current and the previous word, the word with the byte before it;
-# order 5; the two bytes before the last (sparse); order 8; the column in the line with the byte
-# above it (same column, line before) and the last byte. Orders 0 and 1 index tables directly.
-HASHED = 11
+# the hashed context models (`_next_byte` makes their contexts): orders 2, 3, 4 of the bytes before;
+# the last byte with the two that followed it the time before (indirect, `Model.ind`); the current
+# word, the current and the previous word; the last two bytes with the byte that followed them the
+# time before (indirect); order 5; the two bytes before the last (sparse); order 8; the column in the
+# line with the byte above it (same column, line before) and the last byte; the byte the match
+# expects with its length bucket. Orders 0 and 1 index tables directly.
+HASHED = 12
 DIRECT = 2
 MODELS = DIRECT + HASHED
 # every model's name, in the order of its inputs (the direct, the hashed as `_next_byte` makes their
 # contexts), and the match model last: what `new_model(leave_out=...)` takes
 MODEL_NAMES = (
-    "order0", "order1", "order2", "order3", "order4", "order6", "word", "words", "word-byte",
-    "order5", "sparse", "order8", "column", "match",
+    "order0", "order1", "order2", "order3", "order4", "indirect1", "word", "words", "indirect2",
+    "order5", "sparse", "order8", "column", "match-byte", "match",
 )  # fmt: skip
 N_INPUTS = 2 * MODELS + 2  # two per model, the match model, and a bias
 # the first-layer mixers' weight sets: by the byte's bits so far; by the last byte; by the match's
-# length bucket, whether it agrees, and the bit's position; by how many of orders 2, 3, 4, 6 have seen
-# their context, and the bit's position; by the kind of the last byte (`common.fine_kind`) and the
-# byte's bits so far
+# length bucket, whether it agrees, and the bit's position; by how many of the first four hashed
+# contexts (orders 2, 3, 4 and indirect1) have seen theirs, and the bit's position; by the kind of the
+# last byte (`common.fine_kind`) and the byte's bits so far
 MIXER_SETS = (256, 256, 256, 64, N_KINDS * 256)
 MATCH_MIN = 6  # the bytes the match model hashes to find a repeat
 MATCH_BUCKETS = 16
@@ -98,7 +100,8 @@ class Model(NamedTuple):
     (FINAL_INPUTS,) int64: scratch; wf (FINAL_SETS, FINAL_INPUTS) int64: the last mixer's weights
     (with a predictor); sq, st: squash and stretch; nxt (256, 2) uint8 and pri (256,): the state
     machine and its priorities; recip (SM_LIMIT + 1,): a state map's rate by its count, 2^17 / (2n + 3);
-    use (len(MODEL_NAMES),) uint8: which models are on.
+    use (len(MODEL_NAMES),) uint8: which models are on; ind (65536 + 256,) uint16: the two bytes that
+    followed each pair of bytes (ind[pair]) and each byte (ind[65536 + byte]) the last times, all lanes'.
 
     With several lanes (coded in turn, `code_step`) reg, ctx, slot and ring have a row per lane;
     everything else is all lanes' (the lanes' bytes are one stream to the tables, the mixers and the
@@ -133,6 +136,7 @@ class Model(NamedTuple):
     pri: np.ndarray
     recip: np.ndarray
     use: np.ndarray
+    ind: np.ndarray
 
 
 def _apm_start(contexts: int) -> np.ndarray:
@@ -185,6 +189,7 @@ def new_model(
         pri=s.priority,
         recip=np.array([(1 << 17) // (2 * n + 3) for n in range(SM_LIMIT + 1)], dtype=np.int64),
         use=np.array([name not in leave_out for name in MODEL_NAMES], dtype=np.uint8),
+        ind=np.zeros(65536 + 256, dtype=np.uint16),
     )
 
 
@@ -197,7 +202,7 @@ def table_bytes(table_bits: int, ring_bits: int, match_bits: int, lanes: int = 1
     mixers = 4 * sum(MIXER_SETS) * N_INPUTS + 8 * (len(MIXER_SETS) + 1 + N_INPUTS + 2 * len(MIXER_SETS))
     mixers += 8 * (512 + FINAL_INPUTS + FINAL_SETS * FINAL_INPUTS)  # sums, xf, wf
     shared = 8 * (2 * (2 * STRETCH_LIMIT + 1) + 1) + 2 * 256 + 8 * 256 + 8 * (SM_LIMIT + 1)  # sq, st, nxt, pri, recip
-    shared += len(MODEL_NAMES)  # use
+    shared += len(MODEL_NAMES) + 2 * (65536 + 256)  # use, ind
     return sized + apms + direct + mixers + lanes * (8 * N_REGS + 16 * HASHED) + shared
 
 
@@ -432,6 +437,10 @@ def _next_byte(m, b, c):
     pos += 1
     reg[POS] = pos
     reg[C0] = 1
+    pair = reg[C4] & 0xFFFF  # (the two bytes before c, then the one before c: what c followed)
+    m.ind[pair] = ((np.int64(m.ind[pair]) << 8) | c) & 0xFFFF
+    one = 65536 + (reg[C4] & 0xFF)
+    m.ind[one] = ((np.int64(m.ind[one]) << 8) | c) & 0xFFFF
     reg[C8] = ((reg[C8] << 8) | (reg[C4] >> 24)) & 0xFFFFFFFF
     reg[C4] = ((reg[C4] << 8) | c) & 0xFFFFFFFF
     if is_letter(c):
@@ -477,10 +486,11 @@ def _next_byte(m, b, c):
     ctx[0] = mix64((c4 & np.uint64(0xFFFF)) + (np.uint64(2) << U56))
     ctx[1] = mix64((c4 & np.uint64(0xFFFFFF)) + (np.uint64(3) << U56))
     ctx[2] = mix64(c4 + (np.uint64(4) << U56))
-    ctx[3] = mix64(c4 + ((c8 & np.uint64(0xFFFF)) << U32) + (np.uint64(6) << U56))
+    ctx[3] = mix64(np.uint64(c | (np.int64(m.ind[65536 + c]) << 8)) + (np.uint64(13) << U56))
     ctx[4] = mix64(w + (np.uint64(7) << U56))
     ctx[5] = mix64(w + (w1 << U32) + (np.uint64(8) << U56))
-    ctx[6] = mix64(w + ((c4 & np.uint64(0xFF)) << U32) + (np.uint64(9) << U56))
+    pair = reg[C4] & 0xFFFF
+    ctx[6] = mix64(np.uint64(pair | ((np.int64(m.ind[pair]) & 0xFF) << 16)) + (np.uint64(14) << U56))
     ctx[7] = mix64(c4 + ((c8 & np.uint64(0xFF)) << U32) + (np.uint64(5) << U56))
     ctx[8] = mix64((c4 & np.uint64(0xFFFF00)) + (np.uint64(10) << U56))
     ctx[9] = mix64(mix64(c4 + (np.uint64(11) << U56)) + c8)
@@ -492,6 +502,8 @@ def _next_byte(m, b, c):
     ctx[10] = mix64(
         np.uint64(col) + (above << np.uint64(8)) + ((c4 & np.uint64(0xFF)) << np.uint64(16)) + (np.uint64(12) << U56)
     )
+    expects = (reg[MPRED] | 256) * (min(reg[MLEN], 15) + 1) if reg[MLEN] > 0 else 0
+    ctx[11] = mix64(np.uint64(expects) + (np.uint64(15) << U56))
 
 
 SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
