@@ -224,6 +224,24 @@ def test_every_model_of_the_engine_is_used(name):
     assert engine.decompress(less, len(data), leave_out=(name,), **SMALL) == data
 
 
+def test_the_indirect_contexts_remember_what_followed_on_real_text():
+    """`Model.ind` after coding real text: for every pair of bytes and every byte, the two bytes that
+    followed its last two occurrences, as a plain-Python pass over the text has them (the stream
+    starts after two zero bytes)."""
+    data = corpus("alice29.txt")[:6000] + corpus("calgary_obj1")[:2000]
+    bc = engine.BlockCoder(**SMALL)
+    bc.encode(data)
+    want = np.zeros(65536 + 256, dtype=np.int64)
+    before = [0, 0]
+    for c in data:
+        pair = (before[0] << 8) | before[1]
+        want[pair] = ((want[pair] << 8) | c) & 0xFFFF
+        want[65536 + before[1]] = ((want[65536 + before[1]] << 8) | c) & 0xFFFF
+        before = [before[1], c]
+    assert (bc.model.ind == want).all()
+    assert np.count_nonzero(want[:65536]) > 500  # (real text: many pairs seen twice and more)
+
+
 def test_the_engine_refuses_a_model_it_does_not_have():
     with pytest.raises(ValueError, match="no such model in the engine: orders"):
         engine.new_model(12, 12, 12, leave_out=("orders",))
