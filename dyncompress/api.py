@@ -22,13 +22,11 @@ from concurrent.futures import Executor
 from dataclasses import replace
 
 import numpy as np
-import torch
 
 from dyncompress import __version__
 from dyncompress.auto import PROBE_BYTES, choose_start, is_auto
 from dyncompress.coding.codec import Codec, block_spans, fingerprint
 from dyncompress.coding.parallel import Pool, decode_frame, decode_one, encode_blocks, encode_frame, worker_settings
-from dyncompress.coding.predictor import predictor_record
 from dyncompress.config.levels import (
     AUTO_MODEL,
     DEFAULT_MODEL,
@@ -37,7 +35,7 @@ from dyncompress.config.levels import (
     make_settings,
     usable_cores,
 )
-from dyncompress.config.model import Model, ModelError
+from dyncompress.config.model import Model, ModelError, predictor_record
 from dyncompress.config.model import find as find_model
 from dyncompress.config.settings import Settings
 from dyncompress.errors import DyncompressError
@@ -70,19 +68,27 @@ def resolve_model(model: str | Model | None) -> Model | None:
     return find_model(model)
 
 
-def platform_record(device: str) -> dict:
-    """What made the file: recorded in the header, shown by `info` and if a self-test fails."""
-    record = {
-        "dyncompress": __version__,
-        "torch": torch.__version__,
+def platform_record(device: str, torch_used: bool = True) -> dict:
+    """What made the file: recorded in the header, shown by `info` and if a self-test fails. Without
+    torch in the coding (the bits engine alone, which never imports it) its version and CPU
+    capability are left out and numba's version stands in their place."""
+    record = {"dyncompress": __version__}
+    if torch_used:
+        import torch
+
+        record["torch"] = torch.__version__
+    else:
+        record["numba"] = importlib.metadata.version("numba")
+    record |= {
         "constriction": importlib.metadata.version("constriction"),
         "numpy": np.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
-    if device == "cuda":
-        record["gpu"] = torch.cuda.get_device_name()
+    if torch_used:
+        record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        if device == "cuda":
+            record["gpu"] = torch.cuda.get_device_name()
     return record
 
 
@@ -259,7 +265,7 @@ def stream_header(settings: Settings, model: Model | None) -> bytes:
         "settings": settings.to_dict(),
         **predictor_record(model),
         "fingerprint": fingerprint(settings, model),
-        "platform": platform_record(settings.device),
+        "platform": platform_record(settings.device, torch_used=settings.engine != "bits"),
     }
     return pack_header(meta)
 
@@ -353,17 +359,20 @@ class Decompressor:
         except (KeyError, TypeError, ValueError) as e:
             raise FormatError(f"corrupt or unsupported header ({e})") from None
         model = self._find_model(needed)
-        # the device and thread count are the decoder's own: they change the speed, not the bits
-        device, threads = self._device or default_device(), self._threads or default_threads()
+        # the device and thread count are the decoder's own: they change the speed, not the bits (the
+        # bits engine alone codes on the CPU: no need to ask torch for a GPU)
+        device = self._device or ("cpu" if settings.engine == "bits" else default_device())
+        threads = self._threads or default_threads()
         settings = replace(settings, device=device, threads=threads)
         try:
             got = fingerprint(settings, model)  # the self-test: the same on every platform
         except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
         if got != expected:
+            here = platform_record(settings.device, settings.engine != "bits")
             raise DyncompressError(
                 f"self-test failed: the exact arithmetic gave fingerprint {got} here and {expected} where the "
-                f"file was made ({_describe(recorded)}; here {_describe(platform_record(settings.device))}): "
+                f"file was made ({_describe(recorded)}; here {_describe(here)}): "
                 "a bug, please report it; nothing was decoded"
             )
         self.meta, self.settings, self.model = meta, settings, model

@@ -28,7 +28,6 @@ import numpy as np
 from dyncompress.bitwise.engine import BlockCoder
 from dyncompress.coding import split
 from dyncompress.coding.coder import Coder, Decoder, Encoder
-from dyncompress.coding.predictor import make_predictor
 from dyncompress.config.model import Model
 from dyncompress.config.settings import Settings
 from dyncompress.progress import Progress
@@ -74,7 +73,11 @@ class Codec:
             m = settings.mix
             self.bits = BlockCoder(m.table_bits, m.history_bits, m.match_bits)
         split.coding_here()  # (before the predictor's first torch calls)
-        self.predictor = make_predictor(settings, model) if self.bits is None else None
+        self.predictor = None
+        if self.bits is None:  # (imported here: the bits engine alone codes without torch)
+            from dyncompress.coding.predictor import make_predictor
+
+            self.predictor = make_predictor(settings, model)
         self.prev = np.zeros(settings.lanes, dtype=np.int32)  # the byte each lane saw last (padding: 0)
         self.nats = 0.0  # ideal code length so far, for reporting
         self.chooser: split.Chooser | None = None  # split or whole, by measuring (kept across blocks)

@@ -19,8 +19,6 @@ from typing import Protocol
 import constriction
 import numpy as np
 
-from dyncompress.network.fixed import FREQ_BITS, FREQ_TOTAL  # noqa: F401  (the coder's precision)
-
 _MODEL = constriction.stream.model.Categorical(perfect=False)
 
 

@@ -25,8 +25,6 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
-import torch
-
 from dyncompress.coding.codec import Codec, block_spans, decode_block, encode_block
 from dyncompress.config.model import Model
 from dyncompress.config.settings import Settings
@@ -111,6 +109,8 @@ def _start_worker(counter) -> None:
     if hasattr(signal, "pthread_sigmask"):  # born with it blocked (see `_spawning`): now ignored
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _counter = counter
+    import torch
+
     torch.set_num_threads(1)
     # at the worker's exit (finalizers are still run by multiprocessing's own atexit handler), so
     # that the interpreter's last collections skip torch's objects: about a second per worker

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from dyncompress.config.levels import FROZEN_NEEDS_MODEL
-from dyncompress.config.model import Model
+from dyncompress.config.model import Model, predictor_record
 from dyncompress.config.settings import Settings
 from dyncompress.experts.mix import Experts
 from dyncompress.network import update_kernels as kernels
@@ -334,12 +334,6 @@ class NoNetwork:
 
     def record(self) -> dict:
         return predictor_record(None)
-
-
-def predictor_record(model: Model | None) -> dict:
-    """What the header says of the starting weights: None for online mode (a seeded random start),
-    else the model's name and SHA-256 (every predictor starts from one or the other)."""
-    return {"model": None if model is None else {"name": model.name, "sha256": model.sha256}}
 
 
 def make_predictor(settings: Settings, model: Model | None = None) -> Predictor:

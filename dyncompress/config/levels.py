@@ -257,7 +257,11 @@ def make_settings(
     """
     if settings is not None and level is not None:
         raise TypeError("give either settings or a level, not both")
-    device = overrides.pop("device", None) or (settings.device if settings else default_device())
+    fast = settings is None and overrides.get("hidden") == 0  # the fast level: lanes for size its own way
+    # the fast level's engine is the bitwise one (one lane, its tables) unless engine "bytes" is asked
+    bits = settings is None and overrides.get("engine", "bits" if fast else "bytes") == "bits"
+    # (the bits engine alone codes on the CPU whatever is there: no need to ask torch for a GPU)
+    device = overrides.pop("device", None) or (settings.device if settings else "cpu" if bits else default_device())
     if settings is not None:
         base = settings
     elif model is not None:
@@ -269,9 +273,6 @@ def make_settings(
         raise ValueError("hidden 0 codes without a network, so without a model: model=None (encode --fast)")
     if model is not None and overrides.get("hidden", model.shape.hidden) != model.shape.hidden:
         raise ValueError(f"model {model.name} has {model.shape.hidden} hidden units; --hidden applies to online mode")
-    fast = settings is None and overrides.get("hidden") == 0  # the fast level: lanes for size its own way
-    # the fast level's engine is the bitwise one (one lane, its tables) unless engine "bytes" is asked
-    bits = settings is None and overrides.get("engine", "bits" if fast else "bytes") == "bits"
     lanes_given = "lanes" in overrides or bits
     if bits:
         overrides = {**FAST, **BITS, **overrides}

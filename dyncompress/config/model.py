@@ -24,19 +24,29 @@ import tempfile
 import zlib
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dyncompress import environment
 from dyncompress.config.shape import MLSTMShape
 from dyncompress.errors import DyncompressError
+
+if TYPE_CHECKING:
+    import torch
 
 MAGIC = b"\x89DYNM\r\n\x1a"
 VERSION = 1
 SUFFIX = ".dcm"
 _HEAD = struct.Struct("<8sHI")
 _STORE = {"float32": np.float32, "float16": np.float16}
+
+
+def _tensor(values: np.ndarray):
+    """A torch tensor of a copy of `values` (torch imported here: the bits engine never loads a model)."""
+    import torch
+
+    return torch.from_numpy(values.copy())
 
 
 class ModelError(DyncompressError):
@@ -98,7 +108,7 @@ def from_bytes(data: bytes, where: str) -> Model:
             if stop > len(data) - 4:
                 raise ValueError("array runs past the end")
             values = np.frombuffer(data[start:stop], dtype=dtype).astype(np.float32)
-            tensors[key] = torch.from_numpy(values.copy())
+            tensors[key] = _tensor(values)
         return Model(
             name=str(meta["name"]),
             shape=MLSTMShape(int(meta["shape"]["hidden"])),
@@ -189,3 +199,9 @@ def card_summary(path: str) -> str:
         if lines and not lines[0].startswith("#"):
             return " ".join(lines)
     return ""
+
+
+def predictor_record(model: Model | None) -> dict:
+    """What the header says of the starting weights: None for online mode (a seeded random start),
+    else the model's name and SHA-256 (every predictor starts from one or the other)."""
+    return {"model": None if model is None else {"name": model.name, "sha256": model.sha256}}
