@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from dyncompress.coding.coder import FREQ_BITS, FREQ_TOTAL, Decoder, Encoder
-from dyncompress.network.fixed import frequencies
+from dyncompress.coding.coder import Decoder, Encoder
+from dyncompress.network.fixed import FREQ_BITS, FREQ_TOTAL, frequencies
 
 
 def _random_freqs(rng, shape):

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from dyncompress.coding.codec import Codec, block_spans, encode_block, frame_spans, to_lanes
-from dyncompress.coding.coder import FREQ_BITS
 from dyncompress.config.levels import make_settings
 from dyncompress.config.model import Model
 from dyncompress.config.settings import Settings
 from dyncompress.config.shape import MLSTMShape
 from dyncompress.errors import DyncompressError
 from dyncompress.network.exact import side_layout
+from dyncompress.network.fixed import FREQ_BITS
 from dyncompress.progress import Progress
 
 ROWS = ("static", "sgd", "rms", "rms-decay", "online")  # the paper's table, plus learning from scratch
