@@ -37,9 +37,9 @@ DEFAULT_TEXTS = [("enwik6", CORPORA / "enwik8/enwik8_head_3500000", 0, 1_000_000
 
 
 def code(data: bytes, sizes: tuple[int, int, int], how: str, payloads: list[bytes] | None = None):
-    """(payload bytes, seconds) of `data` coded by the default predictor through the range coder
-    (how "bytes") or the engine ("bits"); with `payloads` given, decode them through the engine
-    instead and return the bytes."""
+    """(each block's payload, seconds, lanes) of `data` coded by the default predictor through the
+    range coder (how "bytes") or the engine ("bits"); with `payloads` given, those decoded through the
+    engine instead: (each block's bytes, seconds, lanes)."""
     model = find(DEFAULT_MODEL)
     settings = make_settings(model=model, size_hint=len(data), device="cpu")
     codec = Codec(settings, model)

@@ -265,7 +265,7 @@ def stream_header(settings: Settings, model: Model | None) -> bytes:
         "settings": settings.to_dict(),
         **predictor_record(model),
         "fingerprint": fingerprint(settings, model),
-        "platform": platform_record(settings.device, torch_used=settings.engine != "bits"),
+        "platform": platform_record(settings.device, settings.uses_torch),
     }
     return pack_header(meta)
 
@@ -359,9 +359,8 @@ class Decompressor:
         except (KeyError, TypeError, ValueError) as e:
             raise FormatError(f"corrupt or unsupported header ({e})") from None
         model = self._find_model(needed)
-        # the device and thread count are the decoder's own: they change the speed, not the bits (the
-        # bits engine alone codes on the CPU: no need to ask torch for a GPU)
-        device = self._device or ("cpu" if settings.engine == "bits" else default_device())
+        # the device and thread count are the decoder's own: they change the speed, not the bits
+        device = self._device or (default_device() if settings.uses_torch else "cpu")
         threads = self._threads or default_threads()
         settings = replace(settings, device=device, threads=threads)
         try:
@@ -369,7 +368,7 @@ class Decompressor:
         except (ValueError, RuntimeError) as e:
             raise DyncompressError(str(e)) from None
         if got != expected:
-            here = platform_record(settings.device, settings.engine != "bits")
+            here = platform_record(settings.device, settings.uses_torch)
             raise DyncompressError(
                 f"self-test failed: the exact arithmetic gave fingerprint {got} here and {expected} where the "
                 f"file was made ({_describe(recorded)}; here {_describe(here)}): "

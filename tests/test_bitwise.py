@@ -399,7 +399,7 @@ print("torch" in sys.modules)
 
 def test_the_bits_engine_codes_without_loading_torch(tmp_path):
     """`--fast` (the bits engine alone) encodes, decodes, describes and tests a file without importing
-    torch: a second less to start and a third less memory; the header names numba instead."""
+    torch (its start-up and memory are the engine's own); the header names numba instead."""
     src = tmp_path / "in.txt"
     src.write_bytes(corpus("alice29.txt")[:20000])
     args = [str(src), str(tmp_path / "in.dc"), str(tmp_path / "out.txt")]

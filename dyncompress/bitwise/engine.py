@@ -10,9 +10,9 @@ repeat, weighted by the repeat's length. The inputs
     x_i = stretch(p_i)        (1/256 nat, |x| <= 2047)
 
 are added by several mixers, each with weights chosen by its own small context (the bits of the
-byte so far; the last byte; the match's length and the bit's position; how many of the orders
-2 ... 6 have seen this context and the bit's position; the kind of the last byte and the bits so
-far), each trained on its own error; a final mixer adds their outputs. Three APMs refine the result:
+byte so far; the last byte; the match's length and the bit's position; how many of orders 2, 3, 4
+and the first indirect context have seen theirs and the bit's position; the kind of the last byte
+and the bits so far), each trained on its own error; a final mixer adds their outputs. Three APMs refine the result:
 by the byte's first bits, by them and the last byte, by them and a hash of the last two bytes. Every
 number is an integer (weights 16.16, probabilities 12 bits, state maps 22 bits), so encoder and
 decoder on any machine compute the same.
@@ -267,10 +267,10 @@ def sm_update(sm, sn, row, s, y, recip):
 
 
 @njit(cache=True, inline="always")
-def code_byte(m, b, c, st, buf, decode, sums, net):
+def code_byte(m, b, c, st, buf, decode, net):
     """Code lane b's byte c (decoding: c is ignored) through model m, a bit at a time, and return it;
     every model learns from every bit, and the contexts move on past the byte. net: whether a
-    predictor's byte table comes in, its tree's sums in `sums` (`tree.node_sums`)."""
+    predictor's byte table comes in, its tree's sums in `m.sums` (`tree.node_sums`)."""
     reg = m.reg[b]
     ctx = m.ctx[b]
     slot = m.slot[b]
@@ -323,7 +323,7 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
         # the first layer: one mixer per selector, each on the same inputs
         row_l1[0] = c0
         row_l1[1] = sets0 + c1
-        mb = min(mlen, 15) if mrow != 0 else 0
+        mb = min(mlen, MATCH_BUCKETS - 1) if mrow != 0 else 0
         row_l1[2] = sets1 + ((mb << 3) | bit) * 2 + (1 if mrow == 0 else 0)
         row_l1[3] = sets2 + seen * 8 + bit
         row_l1[4] = sets3 + fine_kind(c1) * 256 + c0
@@ -347,7 +347,8 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
         p = clip((pm + pa1 + 3 * pa2 + 3 * pa3 + 4) >> 3, 1, PROB_ONE - 1)
         if net:  # the predictor's bit probability, the engine's, mixed last
             xf = m.xf
-            xf[0] = m.st[clip((tree.bit_probability(sums[2 * c0 + 1], sums[c0]) + 8) >> 4, 1, PROB_ONE - 1)]
+            one = tree.bit_probability(m.sums[2 * c0 + 1], m.sums[c0])  # (2^-16)
+            xf[0] = m.st[clip((one + 8) >> 4, 1, PROB_ONE - 1)]
             xf[1] = m.st[p]
             xf[2] = m.st[pm]
             xf[3] = 256
@@ -404,9 +405,8 @@ def code_byte(m, b, c, st, buf, decode, sums, net):
 def code_span(m, data, start, stop, st, buf, decode):
     """Code bytes start ... stop - 1 of `data` (uint8) with the engine alone: encoding, read them;
     decoding, write them. st, buf: the coder's (`coder`)."""
-    sums = m.sums
     for i in range(start, stop):
-        c = code_byte(m, 0, np.int64(data[i]) if not decode else np.int64(0), st, buf, decode, sums, False)
+        c = code_byte(m, 0, np.int64(data[i]) if not decode else np.int64(0), st, buf, decode, False)
         if decode:
             data[i] = np.uint8(c)
     return stop
@@ -418,7 +418,7 @@ def code_step(m, freqs, symbols, k, st, buf, decode):
     with the predictor's table freqs[b] (int64 frequencies, each >= 1) mixed in last."""
     for b in range(k):
         tree.node_sums(freqs[b], m.sums)
-        c = code_byte(m, b, np.int64(symbols[b]) if not decode else np.int64(0), st, buf, decode, m.sums, True)
+        c = code_byte(m, b, np.int64(symbols[b]) if not decode else np.int64(0), st, buf, decode, True)
         if decode:
             symbols[b] = c
 
@@ -437,10 +437,10 @@ def _next_byte(m, b, c):
     pos += 1
     reg[POS] = pos
     reg[C0] = 1
-    pair = reg[C4] & 0xFFFF  # (the two bytes before c, then the one before c: what c followed)
-    m.ind[pair] = ((np.int64(m.ind[pair]) << 8) | c) & 0xFFFF
-    one = 65536 + (reg[C4] & 0xFF)
-    m.ind[one] = ((np.int64(m.ind[one]) << 8) | c) & 0xFFFF
+    # what c followed: the two bytes before it, and the one before it
+    followed2, followed1 = reg[C4] & 0xFFFF, 65536 + (reg[C4] & 0xFF)
+    m.ind[followed2] = ((np.int64(m.ind[followed2]) << 8) | c) & 0xFFFF
+    m.ind[followed1] = ((np.int64(m.ind[followed1]) << 8) | c) & 0xFFFF
     reg[C8] = ((reg[C8] << 8) | (reg[C4] >> 24)) & 0xFFFFFFFF
     reg[C4] = ((reg[C4] << 8) | c) & 0xFFFFFFFF
     if is_letter(c):
@@ -489,8 +489,8 @@ def _next_byte(m, b, c):
     ctx[3] = mix64(np.uint64(c | (np.int64(m.ind[65536 + c]) << 8)) + (np.uint64(13) << U56))
     ctx[4] = mix64(w + (np.uint64(7) << U56))
     ctx[5] = mix64(w + (w1 << U32) + (np.uint64(8) << U56))
-    pair = reg[C4] & 0xFFFF
-    ctx[6] = mix64(np.uint64(pair | ((np.int64(m.ind[pair]) & 0xFF) << 16)) + (np.uint64(14) << U56))
+    last2 = reg[C4] & 0xFFFF
+    ctx[6] = mix64(np.uint64(last2 | ((np.int64(m.ind[last2]) & 0xFF) << 16)) + (np.uint64(14) << U56))
     ctx[7] = mix64(c4 + ((c8 & np.uint64(0xFF)) << U32) + (np.uint64(5) << U56))
     ctx[8] = mix64((c4 & np.uint64(0xFFFF00)) + (np.uint64(10) << U56))
     ctx[9] = mix64(mix64(c4 + (np.uint64(11) << U56)) + c8)
@@ -502,11 +502,18 @@ def _next_byte(m, b, c):
     ctx[10] = mix64(
         np.uint64(col) + (above << np.uint64(8)) + ((c4 & np.uint64(0xFF)) << np.uint64(16)) + (np.uint64(12) << U56)
     )
-    expects = (reg[MPRED] | 256) * (min(reg[MLEN], 15) + 1) if reg[MLEN] > 0 else 0
+    expects = (reg[MPRED] | 256) * (min(reg[MLEN], MATCH_BUCKETS - 1) + 1) if reg[MLEN] > 0 else 0
     ctx[11] = mix64(np.uint64(expects) + (np.uint64(15) << U56))
 
 
 SPAN = 1 << 16  # bytes coded per compiled call (the encoder's buffer grows between calls)
+
+
+def _payload(st: np.ndarray, buf: np.ndarray) -> bytes:
+    """A block's payload: the coder's bytes, padded with zero bytes to a multiple of 4 (the
+    container's words)."""
+    out = coder.finish(st, buf)
+    return out + bytes(-len(out) % 4)
 
 
 class BlockCoder:
@@ -521,7 +528,7 @@ class BlockCoder:
         self.model = new_model(table_bits, ring_bits, match_bits, leave_out=leave_out)
 
     def encode(self, data: bytes, progress=None) -> bytes:
-        """The block's payload, padded with zero bytes to a multiple of 4 (the container's words)."""
+        """The block's payload (`_payload`)."""
         st, buf = coder.new_state()
         src = np.frombuffer(data, dtype=np.uint8).copy()  # writable: one compiled loop codes both ways
         for start in range(0, len(src), SPAN):
@@ -530,8 +537,7 @@ class BlockCoder:
             code_span(self.model, src, start, stop, st, buf, False)
             if progress is not None:
                 progress(stop - start)
-        out = coder.finish(st, buf)
-        return out + bytes(-len(out) % 4)
+        return _payload(st, buf)
 
     def decode(self, payload: bytes, n: int, progress=None) -> bytes:
         """The n bytes `encode` coded into `payload` (given the same model state)."""
@@ -559,9 +565,8 @@ class LaneEncoder:
         code_step(self.model, freqs, symbols, len(symbols), self.st, self.buf, False)
 
     def finish(self) -> bytes:
-        """The block's payload, padded with zero bytes to a multiple of 4 (the container's words)."""
-        out = coder.finish(self.st, self.buf)
-        return out + bytes(-len(out) % 4)
+        """The block's payload (`_payload`)."""
+        return _payload(self.st, self.buf)
 
 
 class LaneDecoder:

@@ -42,13 +42,6 @@ _HEAD = struct.Struct("<8sHI")
 _STORE = {"float32": np.float32, "float16": np.float16}
 
 
-def _tensor(values: np.ndarray):
-    """A torch tensor of a copy of `values` (torch imported here: the bits engine never loads a model)."""
-    import torch
-
-    return torch.from_numpy(values.copy())
-
-
 class ModelError(DyncompressError):
     """A model file is missing, unreadable, or not the one a .dc file needs."""
 
@@ -90,6 +83,8 @@ class Model:
 
 def from_bytes(data: bytes, where: str) -> Model:
     """Parse a model file's bytes; any damage is a ModelError naming `where`."""
+    import torch  # (here, not above: the bits engine codes without a model and never loads torch)
+
     if len(data) < _HEAD.size + 4 or data[:8] != MAGIC:
         raise ModelError(f"{where}: not a dyncompress model file")
     magic, version, meta_len = _HEAD.unpack_from(data)
@@ -108,7 +103,7 @@ def from_bytes(data: bytes, where: str) -> Model:
             if stop > len(data) - 4:
                 raise ValueError("array runs past the end")
             values = np.frombuffer(data[start:stop], dtype=dtype).astype(np.float32)
-            tensors[key] = _tensor(values)
+            tensors[key] = torch.from_numpy(values.copy())
         return Model(
             name=str(meta["name"]),
             shape=MLSTMShape(int(meta["shape"]["hidden"])),

@@ -262,6 +262,12 @@ class Settings:
                 raise ValueError(message)
 
     @property
+    def uses_torch(self) -> bool:
+        """Whether coding with these settings needs torch: every engine but the bits engine alone (which
+        has no network and no byte table; `api` then neither imports torch nor asks it for a GPU)."""
+        return self.engine != "bits"
+
+    @property
     def shape(self) -> MLSTMShape:
         from dyncompress.config.shape import MLSTMShape
 
