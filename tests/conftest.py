@@ -2,6 +2,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -388,3 +389,23 @@ def tiny(tmp_path_factory) -> tuple[Path, Model]:
     model.info["defaults"] = {"lanes": 4, "segment_len": 8, "lr": 3e-3, "decay": 1e-3}
     save(model, str(path))
     return path, load(str(path))
+
+
+# 130, or killed by SIGINT (what a shell also reports as 130): CPython re-raises SIGINT at exit
+# when a KeyboardInterrupt passed through code a library ran with PyRun_* (torch's lazy imports),
+# even if dyncompress caught it. Seen once in CI, when Ctrl-C landed in the ~800 modules torch
+# imported for the optimizer object online mode then built (it builds none now: adapt.FusedAdam);
+# the start-up holds Ctrl-C (`_signals`), after which 40 interrupts at random times all gave 130.
+INTERRUPTED = (130, -signal.SIGINT)
+
+
+def interruptible(args: list, **kw) -> subprocess.Popen:
+    """A child with SIGINT at its default, as from a terminal, even when this test run was started
+    with SIGINT ignored (a background job of a non-interactive shell, nohup): the child would
+    inherit the ignored signal and never see the Ctrl-C these tests send."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        stderr=subprocess.PIPE,
+        **kw,
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CROSS_CASES, SMALL, corpus, cross_input, run_cli
+from conftest import CROSS_CASES, INTERRUPTED, SMALL, corpus, cross_input, interruptible, run_cli
 from dyncompress import compress, decompress
 from dyncompress.config.levels import FAST_EXPERTS
 
@@ -149,30 +149,10 @@ def test_never_writes_compressed_data_to_a_terminal(text_file):
     assert r.returncode == 1 and b"terminal" in r.stderr
 
 
-# 130, or killed by SIGINT (what a shell also reports as 130): CPython re-raises SIGINT at exit
-# when a KeyboardInterrupt passed through code a library ran with PyRun_* (torch's lazy imports),
-# even if dyncompress caught it. Seen once in CI, when Ctrl-C landed in the ~800 modules torch
-# imported for the optimizer object online mode then built (it builds none now: adapt.FusedAdam);
-# the start-up holds Ctrl-C (`_signals`), after which 40 interrupts at random times all gave 130.
-INTERRUPTED = (130, -signal.SIGINT)
-
-
-def _interruptible(args: list, **kw) -> subprocess.Popen:
-    """A child with SIGINT at its default, as from a terminal, even when this test run was started
-    with SIGINT ignored (a background job of a non-interactive shell, nohup): the child would
-    inherit the ignored signal and never see the Ctrl-C these tests send."""
-    return subprocess.Popen(
-        [sys.executable, *args],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        stderr=subprocess.PIPE,
-        **kw,
-    )
-
-
 def test_interrupt_leaves_nothing_behind(tmp_path):
     big = tmp_path / "alice29.txt"
     big.write_bytes(corpus("alice29.txt"))
-    proc = _interruptible(["-m", "dyncompress", "encode", "--online", "--hidden", "256", "--lanes", "1", str(big)])
+    proc = interruptible(["-m", "dyncompress", "encode", "--online", "--hidden", "256", "--lanes", "1", str(big)])
     deadline = time.time() + 60
     while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):  # encoding has begun
         assert time.time() < deadline and proc.poll() is None
@@ -193,7 +173,7 @@ def test_interrupt_while_torch_loads_is_one_line(tmp_path):
     """
     big = tmp_path / "alice29.txt"
     big.write_bytes(corpus("alice29.txt"))
-    proc = _interruptible(["-X", "importtime", "-m", "dyncompress", "encode", str(big)])
+    proc = interruptible(["-X", "importtime", "-m", "dyncompress", "encode", str(big)])
     seen = []
     while not (seen and seen[-1].rsplit("|", 1)[-1].strip().startswith("torch.")):
         line = proc.stderr.readline().decode()

@@ -1,6 +1,7 @@
 """Models: training, calibration, the .dcm file, coding with a model, and finding the installed one."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -8,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CORPORA, TINY, cached_kernels, corpus, run_cli
+from conftest import CORPORA, INTERRUPTED, TINY, cached_kernels, corpus, interruptible, run_cli
 from dyncompress import DyncompressError, compress, decompress
 from dyncompress.config.levels import DEFAULT_MODEL
 from dyncompress.config.model import Model, ModelError, from_bytes, load, save
 from dyncompress.format.container import parse_header
-from dyncompress.training.train import TrainConfig, Trainer
+from dyncompress.training.train import Trainer, read_state
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,20 +40,75 @@ def test_training_lowers_validation_bpb():
     assert after < before - 2.0, (before, after)
 
 
-def test_training_resumes_from_its_checkpoint(tmp_path):
-    config = TrainConfig(**{**TINY.__dict__, "steps": 20, "eval_every": 10})
-    out = str(tmp_path / "m.dcm")
-    straight = Trainer(config, [str(CORPORA / "alice29.txt")])
-    straight.run(out, "m")
-    interrupted = Trainer(config, [str(CORPORA / "alice29.txt")])
-    for _ in range(10):  # as if stopped after the checkpoint at step 10
-        interrupted.train_step()
-    interrupted.save_checkpoint(str(tmp_path / "r.dcm"), "r", "")
-    resumed = Trainer(config, [str(CORPORA / "alice29.txt")])
-    resumed.resume(str(tmp_path / "r.dcm"))
-    assert resumed.step == 10
-    resumed.run(str(tmp_path / "r.dcm"), "r")
-    assert torch.equal(resumed.theta, straight.theta)  # same data, same order, same steps
+# a training long enough to stop in the middle: 300 steps of a 16-unit network, about a second
+PIECES = ["--hidden", "16", "--batch", "4", "--bptt", "16", "--steps", "300", "--eval-every", "60"]
+PIECES += ["--valid-bytes", "4000", "--lr", "3e-3", "-T", "1"]
+
+
+@pytest.fixture(scope="module")
+def straight_training(tmp_path_factory):
+    """The final training state of the run never stopped."""
+    out = tmp_path_factory.mktemp("straight") / "s.dcm"
+    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:60k", "-o", out, *PIECES)
+    assert r.returncode == 0, r.stderr
+    return read_state(str(out))
+
+
+def _stop(tmp_path, when: bytes, sig) -> Path:
+    """Start the training in a child, send `sig` when its stderr shows `when`; the model's path."""
+    out = tmp_path / "p.dcm"
+    source = f"{CORPORA / 'alice29.txt'}:0:60k"
+    proc = interruptible(["-m", "dyncompress", "train", source, "-o", str(out), *PIECES])
+    seen = b""
+    while when not in seen:
+        line = proc.stderr.readline()
+        assert line, f"the training ended first: {seen.decode()}"
+        seen += line
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    return out, proc.returncode, (seen + err).decode()
+
+
+def test_training_killed_resumes_to_the_weights_of_a_run_never_stopped(tmp_path, straight_training):
+    """Killed (no chance to save) after the checkpoint of step 120; `--resume` with nothing else
+    given takes the sources and settings from the checkpoint and ends where the straight run did."""
+    out, code, _ = _stop(tmp_path, b"step 120/", signal.SIGKILL)
+    assert code == -signal.SIGKILL and 120 <= read_state(str(out))["step"] < 300
+    r = run_cli("train", "-o", out, "--resume")
+    assert r.returncode == 0, r.stderr
+    state = read_state(str(out))
+    assert state["step"] == 300 and torch.equal(state["theta"], straight_training["theta"])
+    assert torch.equal(state["h"], straight_training["h"])  # the streams' state and place, too
+    assert state["pos"] == straight_training["pos"]
+
+
+def test_training_interrupted_saves_its_step_and_resumes_in_pieces(tmp_path, straight_training):
+    """Ctrl-C: one line, exit 130, the state of the last whole step written (between checkpoints);
+    then two pieces of --stop-after and a last --resume reach the straight run's weights."""
+    out, code, err = _stop(tmp_path, b"step 60/", signal.SIGINT)
+    assert code in INTERRUPTED and "Traceback" not in err, err
+    assert "interrupted at step" in err.strip().splitlines()[-1] and "--resume" in err
+    assert 60 <= read_state(str(out))["step"] < 300
+    r = run_cli("train", "-o", out, "--resume", "--stop-after", "0.001")  # 0.06 s: a few steps
+    assert r.returncode == 0 and b"--resume continues" in r.stderr, r.stderr
+    assert read_state(str(out))["step"] < 300
+    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:60k", "-o", out, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert torch.equal(read_state(str(out))["theta"], straight_training["theta"])
+
+
+def test_resume_refuses_other_data_or_layout(tmp_path, straight_training):
+    out = tmp_path / "p.dcm"
+    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:60k", "-o", out, *PIECES, "--stop-after", "0.001")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:50k", "-o", out, "--resume")
+    assert r.returncode == 1 and b"trained on other data: alice29.txt:0:60k (60,000 bytes)" in r.stderr, r.stderr
+    r = run_cli("train", "-o", out, "--resume", "--bptt", "8")
+    assert r.returncode == 1 and b"bptt 16, not 8" in r.stderr, r.stderr
+    copy = tmp_path / "copy.txt"  # the same bytes under another name (as on a GPU machine): accepted
+    copy.write_bytes(corpus("alice29.txt")[:60_000])
+    r = run_cli("train", copy, "-o", out, "--resume", "--stop-after", "0.001")
+    assert r.returncode == 0, r.stderr
 
 
 def test_calibration_gives_finite_positive_ms_of_the_right_shape(tiny):

@@ -10,6 +10,7 @@ import time
 import click
 
 from dyncompress.cli.base import (
+    EXIT_INTERRUPTED,
     Fatal,
     loading,
     setting,
@@ -32,7 +33,7 @@ def compute_options(f):
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, metavar="SOURCE...")
+@click.argument("files", nargs=-1, metavar="SOURCE...")
 @click.option("-o", "--output", metavar="MODEL.dcm", required=True, help="Model file to write (and checkpoint into).")
 @click.option("--name", help="Model name recorded in the file [the output's base name].")
 @setting("--hidden", click.IntRange(1), TRAIN.hidden, "mLSTM hidden units.")
@@ -47,26 +48,44 @@ def compute_options(f):
 @setting("--valid-bytes", click.IntRange(1), TRAIN.valid_bytes, "Held out: each file's tail, in proportion to size.")
 @setting("--eval-every", click.IntRange(1), TRAIN.eval_every, "Validate and write a checkpoint every this many steps.")
 @setting("--seed", click.IntRange(0), TRAIN.seed, "Seed of the initial weights.")
-@click.option("--resume", is_flag=True, help="Continue from the checkpoint at --output.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the checkpoint at --output (its sources and settings unless given again).",
+)
+@click.option(
+    "--stop-after",
+    type=click.FloatRange(0, min_open=True),
+    metavar="MINUTES",
+    help="End this run after MINUTES with a checkpoint; --resume continues the schedule (training in pieces).",
+)
 @click.option("--init", metavar="MODEL", help="Start from this model's weights (a name or a .dcm file): fine-tune it.")
 @compute_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only validation lines.")
-def train(files, output, name, resume, init, threads, device, quiet, **config):
+def train(files, output, name, resume, stop_after, init, threads, device, quiet, **config):
     """Train a model on text (each source's tail is held out for validation).
 
     SOURCE: FILE, FILE:START:END (bytes; 2.5M = 2,500,000), or a fetched corpus's split such as
-    enwik8:train.
+    enwik8:train. With --resume the sources and settings default to the checkpoint's; given sources
+    must hold the same bytes (they may be copies under other names). Ctrl-C writes a checkpoint
+    after the step it lands in.
     """
     with loading():
         from dyncompress.config.model import find as find_model
-        from dyncompress.training.train import Trainer
+        from dyncompress.training.train import Trainer, read_state
 
     torch_threads(threads)
-    name = name or os.path.basename(output).removesuffix(".dcm")
     command = "dyncompress train " + " ".join(sys.argv[2:])
     if os.path.exists(output) and not resume:
         raise Fatal(f"{output} already exists (use --resume to continue it, or another -o)")
+    if not files and not resume:
+        raise Fatal("no SOURCE to train on")
     try:
+        if resume:
+            state = read_state(output)
+            files, config = resumed_settings(state, files, config)
+            name = name or state.get("name")
+        name = name or os.path.basename(output).removesuffix(".dcm")
         start = find_model(init) if init else None
         trainer = Trainer(TrainConfig(**config), list(files), device, start)
         if resume:
@@ -87,8 +106,34 @@ def train(files, output, name, resume, init, threads, device, quiet, **config):
             sys.stderr.write("\r" + line + "\x1b[K")
             sys.stderr.flush()
 
-    model = trainer.run(output, name, command, report)
-    click.echo(f"wrote {output}: {model.summary}", err=True)
+    try:
+        model = trainer.run(output, name, command, report, None if stop_after is None else 60 * stop_after)
+    except KeyboardInterrupt:
+        click.echo(
+            ("\n" if tty else "")
+            + f"dyncompress: interrupted at step {trainer.step:,}; {output}.state holds it (--resume continues)",
+            err=True,
+        )
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except DyncompressError as e:
+        raise Fatal(str(e)) from None
+    left = "" if trainer.finished else f"; stopped at step {trainer.step:,} of {trainer.c.steps:,} (--resume continues)"
+    click.echo(f"wrote {output}: {model.summary}{left}", err=True)
+
+
+def resumed_settings(state: dict, files: tuple, given: dict) -> tuple[list[str], dict]:
+    """The sources and training settings of a resumed run: the checkpoint's, except those given
+    on the command line (a setting counts as given when it is not its option's default)."""
+    ctx = click.get_current_context()
+    config = dict(given)
+    for key, value in state["config"].items():
+        if key in config and ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT:
+            config[key] = value
+    if not files:
+        if "sources" not in state:
+            raise Fatal("the checkpoint does not record its sources: give them again")
+        files = state["sources"]
+    return list(files), config
 
 
 @click.command()

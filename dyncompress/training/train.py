@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from dyncompress import __version__
+from dyncompress._signals import held_interrupts
 from dyncompress.config.model import Model, ModelError, load, save
 from dyncompress.config.settings import TrainConfig
 from dyncompress.config.shape import MLSTMShape
@@ -114,6 +115,7 @@ class Trainer:
             h = init.shape.hidden
             raise ModelError(f"--init's model has hidden {h}, not {config.hidden} (give --hidden {h})")
         self.device = torch.device(device)
+        self.sources = list(files)
         self.train_data, self.valid_data, self.corpus = read_corpus(files, config.valid_bytes)
         self.S = torch.from_numpy(streams(self.train_data, config.batch)).to(self.device)
         if self.S.shape[1] <= config.bptt + 1:
@@ -205,6 +207,9 @@ class Trainer:
             "seconds": self.seconds,
             "history": self.history,
             "config": asdict(self.c),
+            "name": name,
+            "sources": self.sources,
+            "corpus": self.corpus,
             "optimizer": self.opt.state_dict(),
             "h": self.net.state[0].cpu(),
             "c": self.net.state[1].cpu(),
@@ -214,12 +219,16 @@ class Trainer:
         os.replace(tmp, path + ".state")
 
     def resume(self, path: str) -> None:
-        try:
-            state = torch.load(path + ".state", map_location=self.device, weights_only=True)
-        except FileNotFoundError:
-            raise ModelError(f"no training state {path}.state to resume from") from None
-        if state["config"]["hidden"] != self.c.hidden or state["config"]["batch"] != self.c.batch:
-            raise ModelError("the checkpoint was trained with another hidden size or batch")
+        """Continue from the checkpoint beside `path`: the same data (each file's bytes and SHA-256,
+        whatever its name now) and the same layout of the streams (hidden, batch, bptt)."""
+        state = read_state(path, self.device)
+        for key in ("hidden", "batch", "bptt"):
+            if state["config"][key] != getattr(self.c, key):
+                raise ModelError(
+                    f"the checkpoint was trained with {key} {state['config'][key]}, not {getattr(self.c, key)}"
+                )
+        if "corpus" in state and _data_of(state["corpus"]) != _data_of(self.corpus):
+            raise ModelError(f"the checkpoint was trained on other data: {_describe(state['corpus'])}")
         self.theta.copy_(state["theta"])
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.pos, self.seconds = state["step"], state["pos"], state["seconds"]
@@ -232,44 +241,82 @@ class Trainer:
         name: str,
         command: str = "",
         report: Callable[[str, bool], None] | None = None,
+        stop_after: float | None = None,
     ) -> Model:
-        """Train to `steps` (or `minutes`), validating and checkpointing every `eval_every`."""
+        """Train to `steps` (or `minutes`), validating and checkpointing every `eval_every`.
+
+        `stop_after`: end this piece after so many seconds with a checkpoint, the schedule left for
+        `resume`. A Ctrl-C (KeyboardInterrupt) is let through after the step it lands in, once the
+        checkpoint of that step is written."""
         c = self.c
         max_seconds = 60 * c.minutes if c.minutes > 0 else None
         ema, started, last_valid = None, time.monotonic(), float("nan")
         base_seconds = self.seconds
-        while self.step < c.steps:
-            bpb = self.train_step()
-            ema = bpb if ema is None else 0.98 * ema + 0.02 * bpb
-            self.seconds = base_seconds + time.monotonic() - started
-            done = self.step == c.steps or (max_seconds is not None and self.seconds >= max_seconds)
-            if self.step % c.eval_every == 0 or done:
-                last_valid = self.validate()
-                if not math.isfinite(last_valid) or not math.isfinite(ema):
-                    raise ModelError(f"training diverged at step {self.step} (loss not finite); lower --lr")
-                best = all(last_valid < h["valid_bpb"] for h in self.history)
-                self.history.append(
-                    {
-                        "step": self.step,
-                        "seconds": round(self.seconds, 1),
-                        "train_bpb": round(ema, 4),
-                        "valid_bpb": round(last_valid, 4),
-                    }
-                )
-                self.save_checkpoint(out, name, command, best)
-            if report is not None:
-                rate = self.step * c.batch * c.bptt / max(self.seconds, 1e-9) / 1e3
-                eta = (c.steps - self.step) * self.seconds / max(self.step, 1)
-                if max_seconds is not None:
-                    eta = min(eta, max_seconds - self.seconds)
-                report(
-                    f"step {self.step:,}/{c.steps:,}  train {ema:.3f}  valid {last_valid:.3f} bits/byte  "
-                    f"lr {self.lr_at(self.step):.2e}  {rate:.1f} kB/s  ETA {eta / 60:.0f} min",
-                    self.step % c.eval_every == 0 or done,
-                )
-            if done:
-                break
+        try:
+            while self.step < c.steps:
+                with held_interrupts():  # a Ctrl-C waits for the step's end: the state stays whole
+                    bpb = self.train_step()
+                ema = bpb if ema is None else 0.98 * ema + 0.02 * bpb
+                self.seconds = base_seconds + time.monotonic() - started
+                done = self.step == c.steps or (max_seconds is not None and self.seconds >= max_seconds)
+                paused = not done and stop_after is not None and self.seconds - base_seconds >= stop_after
+                if self.step % c.eval_every == 0 or done or paused:
+                    last_valid = self.validate()
+                    if not math.isfinite(last_valid) or not math.isfinite(ema):
+                        raise ModelError(f"training diverged at step {self.step} (loss not finite); lower --lr")
+                    best = all(last_valid < h["valid_bpb"] for h in self.history)
+                    self.history.append(
+                        {
+                            "step": self.step,
+                            "seconds": round(self.seconds, 1),
+                            "train_bpb": round(ema, 4),
+                            "valid_bpb": round(last_valid, 4),
+                        }
+                    )
+                    self.save_checkpoint(out, name, command, best)
+                if report is not None:
+                    rate = self.step * c.batch * c.bptt / max(self.seconds, 1e-9) / 1e3
+                    eta = (c.steps - self.step) * self.seconds / max(self.step, 1)
+                    if max_seconds is not None:
+                        eta = min(eta, max_seconds - self.seconds)
+                    if stop_after is not None:
+                        eta = min(eta, stop_after - (self.seconds - base_seconds))
+                    report(
+                        f"step {self.step:,}/{c.steps:,}  train {ema:.3f}  valid {last_valid:.3f} bits/byte  "
+                        f"lr {self.lr_at(self.step):.2e}  {rate:.1f} kB/s  ETA {eta / 60:.0f} min",
+                        self.step % c.eval_every == 0 or done or paused,
+                    )
+                if done or paused:
+                    break
+        except KeyboardInterrupt:
+            self.save_checkpoint(out, name, command, best=False)
+            raise
         return load(out)  # the best validated weights, as written
+
+    @property
+    def finished(self) -> bool:
+        """Whether the schedule has run out (steps, or minutes when those are the budget)."""
+        c = self.c
+        return self.step >= c.steps or (c.minutes > 0 and self.seconds >= 60 * c.minutes)
+
+
+def read_state(path: str, device: str | torch.device = "cpu") -> dict:
+    """The training state beside the model file `path` (`path`.state)."""
+    try:
+        return torch.load(path + ".state", map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise ModelError(f"no training state {path}.state to resume from") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise ModelError(f"{path}.state is not a readable training state ({e})") from None
+
+
+def _data_of(corpus: list[dict]) -> list[tuple]:
+    """What a checkpoint's data are, apart from what the files are called: bytes, hash, held out."""
+    return [(f["bytes"], f["sha256"], f["held_out"]) for f in corpus]
+
+
+def _describe(corpus: list[dict]) -> str:
+    return ", ".join(f"{f['file']} ({f['bytes']:,} bytes)" for f in corpus)
 
 
 def calibrate(
