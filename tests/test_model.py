@@ -111,6 +111,30 @@ def test_resume_refuses_other_data_or_layout(tmp_path, straight_training):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_turn_on_another_machine_takes_the_checkpoint_there_and_back(tmp_path):
+    """tools/train_turn.sh rehearsed on this CPU (DEVICE=cpu): `prepare` copies the checkpoint and the
+    bytes of its source, `run` trains on from the copy, `collect` puts the state back beside the
+    model with the original source in it, and a plain --resume then runs the schedule out."""
+    out, source = tmp_path / "m.dcm", f"{CORPORA / 'alice29.txt'}:0:60k"
+    assert run_cli("train", source, "-o", out, *PIECES, "--stop-after", "0.001").returncode == 0
+    before = read_state(str(out))["step"]
+    env = dict(os.environ, TURN=str(tmp_path / "turn"), DEVICE="cpu")
+
+    def turn(*args):
+        r = subprocess.run(["bash", ROOT / "tools/train_turn.sh", *map(str, args)], env=env, capture_output=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.decode()
+
+    turn("prepare", out)
+    assert (tmp_path / "turn/data/00_alice29.txt_0_60k").read_bytes() == corpus("alice29.txt")[:60_000]
+    assert "train exited 0" in turn("run", "0.001")
+    turn("collect", tmp_path / "turn/out")
+    state = read_state(str(out))
+    assert state["step"] > before and state["sources"] == [source]
+    r = run_cli("train", "-o", out, "--resume")
+    assert r.returncode == 0 and read_state(str(out))["step"] == 300, r.stderr
+
+
 def test_calibration_gives_finite_positive_ms_of_the_right_shape(tiny):
     _, model = tiny
     assert model.ms is not None and model.ms.shape == model.theta.shape
@@ -234,7 +258,18 @@ def test_cli_train_and_calibrate(tmp_path):
     assert then["init"] == f"cli ({m.sha256[:16]})" and first["init"] is None
     assert then["history"][0]["valid_bpb"] < first["history"][0]["valid_bpb"]
     r = run_cli("train", CORPORA / "alice29.txt", "-o", tmp_path / "t2.dcm", "--hidden", "8", "--init", out)
-    assert r.returncode == 1 and b"hidden 16, not 8" in r.stderr and b"Traceback" not in r.stderr
+    assert r.returncode == 1 and b"hidden 16, more than 8" in r.stderr and b"Traceback" not in r.stderr
+    # a larger network from the model (widened): it starts where the model was, far below a random start
+    wide = tmp_path / "wide.dcm"
+    r = run_cli(
+        "train", f"{CORPORA / 'alice29.txt'}:0:100k", "-o", wide, *args, "--init", out, "--hidden", "24",
+        "--valid-bytes", "4000", "--steps", "1", "--lr", "1e-9",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    widened = load(str(wide))
+    assert widened.shape.hidden == 24 and widened.info["training"]["init"] == f"cli ({m.sha256[:16]})"
+    best = min(h["valid_bpb"] for h in first["history"])  # the model's held-out bits, the same tail
+    assert abs(widened.info["training"]["history"][0]["valid_bpb"] - best) < 1e-3
     r = run_cli("train", CORPORA / "alice29.txt", "-o", tmp_path / "t3.dcm", "--init", tmp_path / "none.dcm")
     assert r.returncode == 1 and b"Traceback" not in r.stderr and not (tmp_path / "t3.dcm").exists()
     r = run_cli("calibrate", tmp_path / "missing.dcm", CORPORA / "alice29.txt")

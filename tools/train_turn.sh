@@ -16,14 +16,18 @@
 # machine needs nothing beside the checkout; `--resume` accepts the copies because it checks bytes,
 # not names, and `collect` puts the original sources back into the checkpoint. Give the schedule by
 # steps (`--steps N`, `--minutes 0`): a schedule by minutes would count a GPU's minutes as a CPU's.
-# DEVICE=cpu runs the `run` half on this machine's CPU (a rehearsal).
+# DEVICE=cpu runs the `run` half on this machine's CPU (a rehearsal); TURN=DIR puts .turn elsewhere.
 set -u
-T=$PWD/.turn
+R=$(cd "$(dirname "$0")/.." && pwd)  # the checkout, whose dyncompress/ runs
+T=${TURN:-$R/.turn}
+export PYTHONPATH=$R${PYTHONPATH:+:$PYTHONPATH}
 case "${1:-}" in
 prepare)
   [ -f "${2:-}.state" ] || { echo "usage: bash tools/train_turn.sh prepare MODEL.dcm (MODEL.dcm.state must exist)"; exit 2; }
   rm -rf "$T" && mkdir -p "$T/data" || exit 1
-  grep -qx '/.turn/' .git/info/exclude 2>/dev/null || echo /.turn/ >> .git/info/exclude
+  if [ "$T" = "$R/.turn" ] && [ -d "$R/.git/info" ]; then
+    grep -qx '/.turn/' "$R/.git/info/exclude" 2>/dev/null || echo /.turn/ >> "$R/.git/info/exclude"
+  fi
   python3 - "$2" "$T" <<'EOF' || exit 1
 import json, os, shutil, sys
 from dyncompress.training.corpus import read_source
@@ -47,8 +51,7 @@ EOF
   ;;
 run)
   [ -f "$T/turn.json" ] && [ -n "${2:-}" ] || { echo "usage: bash tools/train_turn.sh run MINUTES (after prepare)"; exit 2; }
-  R=$PWD
-  export PYTHONPATH=$R PYTHONUNBUFFERED=1
+  export PYTHONUNBUFFERED=1
   DEVICE=${DEVICE:-cuda}
   [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   cd "$T" || exit 1

@@ -53,6 +53,41 @@ def init_params(shape: MLSTMShape, seed: int) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def widen(shape: MLSTMShape, theta: torch.Tensor, hidden: int, seed: int) -> torch.Tensor:
+    """A network of `hidden` units that computes what `theta` (of `shape`) does: the start of a
+    larger model trained from a smaller one instead of from nothing (Net2WiderNet's idea, Chen et
+    al. 2016, with new units that begin silent rather than copies).
+
+    The old units keep their weights. The new ones get the seed's initial weights, so they see the
+    input byte, the old units and one another from the first step, but every path from a new unit
+    to an old one or to the output starts at zero: its rows of W_mh into old m units, of W_m into old
+    gates and of W_out. So the probabilities equal the small network's (up to the order of float
+    sums), and training moves those zero rows first, since their gradients (the new units' h and
+    m times the old units' errors) are not zero."""
+    H, K = shape.hidden, hidden
+    if K < H:
+        raise ValueError(f"cannot widen {H} units to {K}")
+    big = MLSTMShape(K)
+    out = init_params(big, seed)
+    old, new = unflatten(shape, theta.detach().to(out.dtype).cpu()), unflatten(big, out)
+
+    def blocks(n: int, size: int) -> list[slice]:  # gate (or [W_mx | W_x]) blocks of `size` columns
+        return [slice(j * size, j * size + size) for j in range(n)]
+
+    for a, b in zip(blocks(5, H), blocks(5, K), strict=True):  # w_in: [W_mx | i f o u], one row per byte
+        new["w_in"][:, b][:, :H] = old["w_in"][:, a]
+    new["w_mh"][:H, :H] = old["w_mh"]
+    new["w_mh"][H:, :H] = 0  # new h -> old m
+    for a, b in zip(blocks(4, H), blocks(4, K), strict=True):
+        new["w_m"][:H, b][:, :H] = old["w_m"][:, a]
+        new["w_m"][H:, b][:, :H] = 0  # new m -> old gates
+        new["b"][b][:H] = old["b"][a]
+    new["w_out"][:H] = old["w_out"]
+    new["w_out"][H:] = 0  # new h -> the output
+    new["b_out"][:] = old["b_out"]
+    return out
+
+
 def unflatten(shape: MLSTMShape, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     """Named views into a flat parameter (or gradient) vector."""
     views, offset = {}, 0

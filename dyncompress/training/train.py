@@ -39,7 +39,7 @@ from dyncompress.config.model import Model, ModelError, load, save
 from dyncompress.config.settings import TrainConfig
 from dyncompress.config.shape import MLSTMShape
 from dyncompress.network.adapt import clip_grad_
-from dyncompress.network.mlstm import MLSTM, init_params, unflatten
+from dyncompress.network.mlstm import MLSTM, init_params, unflatten, widen
 
 LN2 = math.log(2)
 
@@ -109,11 +109,12 @@ def evaluate(shape: MLSTMShape, theta: torch.Tensor, data: np.ndarray, lanes: in
 class Trainer:
     def __init__(self, config: TrainConfig, files: list[str], device: str = "cpu", init: Model | None = None) -> None:
         """`init`: a model whose weights training starts from (fine-tuning; a fresh optimizer and
-        schedule), instead of the seed's random ones."""
+        schedule), instead of the seed's random ones; one with fewer hidden units is widened to
+        `config.hidden` (`mlstm.widen`: the same function, the new units the seed's)."""
         self.c = config
-        if init is not None and init.shape.hidden != config.hidden:
+        if init is not None and init.shape.hidden > config.hidden:
             h = init.shape.hidden
-            raise ModelError(f"--init's model has hidden {h}, not {config.hidden} (give --hidden {h})")
+            raise ModelError(f"--init's model has hidden {h}, more than {config.hidden} (give --hidden {h} or more)")
         self.device = torch.device(device)
         self.sources = list(files)
         self.train_data, self.valid_data, self.corpus = read_corpus(files, config.valid_bytes)
@@ -122,7 +123,12 @@ class Trainer:
             raise ModelError("corpus too small for this batch and bptt")
         self.shape = MLSTMShape(config.hidden)
         self.init = init
-        theta = init.theta if init is not None else init_params(self.shape, config.seed)
+        if init is None:
+            theta = init_params(self.shape, config.seed)
+        elif init.shape.hidden < config.hidden:  # a larger network that starts as the smaller one
+            theta = widen(init.shape, init.theta, config.hidden, config.seed)
+        else:
+            theta = init.theta
         self.theta = theta.detach().clone().to(self.device)
         self.net = MLSTM(self.shape, self.theta, config.batch, config.bptt)
         self.opt = torch.optim.Adam([self.theta], lr=config.lr)
@@ -211,8 +217,8 @@ class Trainer:
             "sources": self.sources,
             "corpus": self.corpus,
             "optimizer": self.opt.state_dict(),
-            "h": self.net.state[0].cpu(),
-            "c": self.net.state[1].cpu(),
+            "h": self.net.state[0].cpu().clone(),  # (a view of the whole segment's record: clone, or torch saves that)
+            "c": self.net.state[1].cpu().clone(),
         }
         tmp = path + ".state.tmp"
         torch.save(state, tmp)
