@@ -1,15 +1,20 @@
 """The start a file codes from when none is asked for: the shipped model, or online mode.
 
-The shipped model learned English and other European text. On data unlike that (Chinese,
-Japanese, images, object code, tables of numbers) its prior costs more than it gives, even after
-100 kB of adaptation, and a network that starts from online mode's random seed codes smaller.
+The shipped models learned English, other European languages, Chinese and Japanese. On data
+unlike what a model learned (images, object code, tables of numbers) its prior costs more than it
+gives, even after 100 kB of adaptation, and a network that starts from online mode's random seed
+codes smaller.
 
-So the encoder asks the model first: its network alone, as trained (no adaptation, no experts),
-codes the input's first PROBE_BYTES in PROBE_LANES lanes. Above ONLINE_ABOVE bits per byte the file
-is coded online (ONLINE); else with the model, and text in another European language than English
-(`foreign_share`) from the model and mixer prior fine-tuned for those languages (FOREIGN_MODEL,
-FOREIGN_PRIOR). The choice is the encoder's alone: the header records the start like any other
-setting, and a decoder follows it. The measurements behind each threshold: docs/lab/auto.md.
+So the encoder looks at the input's first PROBE_BYTES: Chinese or Japanese (`cjk_share`) asks
+CJK_MODEL, another European language than English (`foreign_share`) FOREIGN_MODEL (with its mixer
+prior FOREIGN_PRIOR), the rest the default model. Then that model's network alone, as trained (no
+adaptation, no experts), codes those bytes in PROBE_LANES lanes: above ONLINE_ABOVE bits per byte
+the file is coded online (ONLINE). CJK_MODEL learned manuals and documentation; it starts only the
+text it knows that well (at most CJK_KNOWN bits per byte), adapted as online mode adapts its network
+(CJK_START), and other Chinese and Japanese (novels) is coded online, where it codes smaller. A
+model that is not installed leaves its texts to the default model. The choice is the encoder's
+alone: the header records the start like any other setting, and a decoder follows it. The
+measurements behind each threshold: docs/lab/auto.md.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import numpy as np
 
 from dyncompress.config.levels import (
     AUTO_MODEL,
+    CJK_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     FOREIGN_MODEL,
     MODEL_LEVELS,
+    ONLINE_PRIOR,
     make_settings,
 )
 from dyncompress.config.model import Model, ModelError
@@ -39,6 +46,14 @@ ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 # dashes of English typography); it starts from FOREIGN_MODEL and FOREIGN_PRIOR.
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
+# Chinese or Japanese: more than CJK_SHARE of the first bytes are three-byte characters of the CJK
+# blocks (`cjk_share`). CJK_MODEL starts such text where its probe costs at most CJK_KNOWN bits per
+# byte, with CJK_START's settings over the level's: the whole network adapted on the stream's own
+# statistics, as online mode does, at a rate for a network that starts trained.
+CJK_SHARE = 0.25
+CJK_KNOWN = 2.5
+CJK_START = {"rule": "rms", "lr": 4e-4, "segment_len": 32}
+CJK_PRIOR = ONLINE_PRIOR
 AUTO_MIN = 16 * 1024  # smaller inputs keep the model (at 4 kB neither start wins throughout)
 # knobs that tune the model's adaptation: given any of them, the model is what was asked for
 MODEL_KNOBS = frozenset(
@@ -76,30 +91,45 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     that starts with `sample`."""
     if not considered(size, knobs) or not sample:
         return model, {}, None
+    language = "cjk" if cjk_share(sample) > CJK_SHARE else "foreign" if foreign_share(sample) > FOREIGN_SHARE else ""
+    if language and model.name == DEFAULT_MODEL:
+        model = language_model(CJK_MODEL if language == "cjk" else FOREIGN_MODEL) or model
     bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
-    if bits > ONLINE_ABOVE:
+    cjk = language == "cjk" and model.name == CJK_MODEL
+    if bits > (CJK_KNOWN if cjk else ONLINE_ABOVE):
         return None, ONLINE, bits
-    foreign = foreign_share(sample) > FOREIGN_SHARE
-    if foreign and model.name == DEFAULT_MODEL:
-        model = foreign_model() or model
-    return model, model_prior(foreign, knobs), bits
+    if cjk:
+        return model, {**CJK_START, **chosen_prior(CJK_PRIOR, knobs)}, bits
+    return model, chosen_prior(FOREIGN_PRIOR if language == "foreign" else "", knobs), bits
 
 
 @functools.cache
-def foreign_model() -> Model | None:
-    """FOREIGN_MODEL, loaded once (a batch of files shares it, as it shares the default model); None
-    where it is not installed (the default model then starts every text)."""
+def language_model(name: str) -> Model | None:
+    """The installed model `name`, loaded once (a batch of files shares it, as it shares the default
+    model); None where it is not installed (the default model then starts its texts)."""
     try:
-        return find_model(FOREIGN_MODEL)
+        return find_model(name)
     except ModelError:
         return None
+
+
+def cjk_share(sample: bytes) -> float:
+    """The share of the sample's first PROBE_BYTES in three-byte UTF-8 characters of the CJK blocks,
+    U+3000 to U+9FFF (lead bytes E3 to E9: CJK punctuation, kana, the unified ideographs); not the
+    E2 block of English typography's quotes and dashes."""
+    head = np.frombuffer(sample[:PROBE_BYTES], dtype=np.uint8)
+    if not len(head):
+        return 0.0
+    tail = (head >= 0x80) & (head <= 0xBF)
+    lead = (head[:-2] >= 0xE3) & (head[:-2] <= 0xE9) & tail[1:-1] & tail[2:]
+    return 3 * float(lead.sum()) / len(head)
 
 
 def foreign_share(sample: bytes) -> float:
     """The share of the sample's first PROBE_BYTES that are letters of other languages than English:
     the bytes of two-byte UTF-8 characters (accented Latin letters, Cyrillic, Greek) and Latin-1's
     letters (a byte >= 0xC0 before an ASCII one). Not the three-byte characters: English typography's
-    quotes and dashes (and Chinese or Japanese, which the probe sends online)."""
+    quotes and dashes, nor Chinese or Japanese (`cjk_share`)."""
     head = np.frombuffer(sample[:PROBE_BYTES], dtype=np.uint8)
     if not len(head):
         return 0.0
@@ -109,10 +139,9 @@ def foreign_share(sample: bytes) -> float:
     return float(2 * two.sum() + latin1.sum()) / len(head)
 
 
-def model_prior(foreign: bool, knobs: dict) -> dict:
-    """The mixer prior for a text the model starts (over `knobs`): FOREIGN_PRIOR for a text in another
-    language (more than FOREIGN_SHARE of its start other languages' letters, `foreign_share`), else the
-    default's; none chosen where the knobs choose the prior or the weight sets it fits."""
-    if not foreign or {"prior", "experts", "kinds"} & set(knobs):
+def chosen_prior(prior: str, knobs: dict) -> dict:
+    """The mixer prior `prior` (a name; "" for the level's) as a setting over `knobs`; none where the
+    knobs choose the prior or the weight sets it fits."""
+    if not prior or {"prior", "experts", "kinds"} & set(knobs):
         return {}
-    return {"prior": FOREIGN_PRIOR}
+    return {"prior": prior}

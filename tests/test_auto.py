@@ -7,14 +7,19 @@ from conftest import CORPORA, corpus, run_cli
 from dyncompress.api import Compressor, compress, decompress
 from dyncompress.auto import (
     AUTO_MIN,
+    CJK_KNOWN,
+    CJK_MODEL,
+    CJK_PRIOR,
+    CJK_START,
     FOREIGN_MODEL,
     FOREIGN_PRIOR,
     ONLINE,
     ONLINE_ABOVE,
     PROBE_BYTES,
     choose_start,
-    foreign_model,
+    cjk_share,
     foreign_share,
+    language_model,
     probe_bits,
 )
 from dyncompress.cli.batch import encode_plan
@@ -49,14 +54,15 @@ def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model)
     for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose the prior
         assert choose_start(model, spanish, 100_000, knobs)[1] == {}
     data = (spanish * 3)[:AUTO_MIN]  # (AUTO_MIN or more: probed)
-    foreign = foreign_model()
+    foreign = language_model(FOREIGN_MODEL)
     theta, ms = foreign.theta.clone(), foreign.ms.clone()
     packed = compress(data, threads=1)
     assert header_of(packed)["settings"]["mix"]["prior"] == FOREIGN_PRIOR != DEFAULT_PRIOR
     assert header_of(packed)["model"]["name"] == FOREIGN_MODEL
     assert decompress(packed) == data
     # the foreign model is loaded once and a coding does not change it
-    assert foreign_model() is foreign and torch.equal(foreign.theta, theta) and torch.equal(foreign.ms, ms)
+    assert language_model(FOREIGN_MODEL) is foreign
+    assert torch.equal(foreign.theta, theta) and torch.equal(foreign.ms, ms)
     # it codes this Spanish smaller than the default model would, with the same prior
     assert len(packed) < len(compress(data, model=DEFAULT_MODEL, threads=1, prior=FOREIGN_PRIOR))
 
@@ -65,11 +71,42 @@ def test_without_the_foreign_model_installed_the_default_model_starts_every_text
     from dyncompress import auto
 
     monkeypatch.setattr(auto, "FOREIGN_MODEL", "no-such-model")
-    auto.foreign_model.cache_clear()
-    try:
-        assert choose_start(model, corpus("quijote_8k.txt"), 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
-    finally:
-        auto.foreign_model.cache_clear()
+    monkeypatch.setattr(auto, "CJK_MODEL", "no-such-model-either")
+    assert choose_start(model, corpus("quijote_8k.txt"), 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
+    # Chinese then goes to the default model's probe, which sends it online
+    assert choose_start(model, corpus("hongloumeng_6k.txt"), 100_000, {})[:2] == (None, ONLINE)
+
+
+@pytest.mark.parametrize("name", ["ja_manpages_6k.txt", "zh_manpages_6k.txt"])
+def test_chinese_and_japanese_the_cjk_model_knows_start_from_it_and_decode(model, name):
+    """Manual pages (what the CJK model learned, not these pages): its start, adapted as online mode
+    adapts, recorded in the header and decoded."""
+    text = corpus(name)
+    assert cjk_share(text) > 0.5 and foreign_share(text) < 0.01
+    start, chosen, bits = choose_start(model, text, 100_000, {})
+    assert start.name == CJK_MODEL and chosen == {**CJK_START, "prior": CJK_PRIOR} and bits < CJK_KNOWN
+    assert choose_start(model, text, 100_000, {"prior": "text5"})[1] == CJK_START  # the knobs choose the prior
+    data = (text * 3)[:AUTO_MIN]
+    packed = compress(data, threads=1)
+    header = header_of(packed)
+    assert header["model"]["name"] == CJK_MODEL and header["settings"]["adapt"]["lr"] == CJK_START["lr"]
+    assert decompress(packed) == data
+
+
+@pytest.mark.parametrize("name", ["hongloumeng_6k.txt", "lowndes_6k.txt"])
+def test_chinese_and_japanese_novels_the_cjk_model_knows_less_are_coded_online(model, name):
+    text = corpus(name)
+    assert cjk_share(text) > 0.7
+    start, chosen, bits = choose_start(model, text, 100_000, {})
+    assert start is None and chosen == ONLINE and CJK_KNOWN < bits < ONLINE_ABOVE
+
+
+def test_the_cjk_share_counts_chinese_and_japanese_not_other_three_byte_characters():
+    assert cjk_share(corpus("quijote_8k.txt")) == 0.0 and cjk_share(corpus("alice29.txt")) == 0.0
+    assert cjk_share("\u201cquotes\u201d \u2014 dashes \u2026".encode() * 50) == 0.0  # English typography
+    kana = "\u3072\u3089\u304c\u306a".encode()  # four hiragana, E3 lead bytes
+    assert cjk_share(kana * 10) == 1.0 and cjk_share(b"ab" + kana) == 12 / 14
+    assert cjk_share(kana[:2] * 10) == 0.0  # cut characters do not count
 
 
 def test_the_foreign_share_counts_other_languages_letters_not_english_typography():

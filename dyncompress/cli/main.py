@@ -58,6 +58,7 @@ from dyncompress.cli.files import (
 )
 from dyncompress.config.levels import (
     AUTO_MODEL,
+    CJK_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     FOREIGN_MODEL,
@@ -126,8 +127,8 @@ MODEL_HELP = (
     metavar="NAME|PATH",
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-    f".dcm file [{DEFAULT_MODEL}; {FOREIGN_MODEL} for other European languages; online mode where "
-    "neither fits the input].",
+    f".dcm file [{DEFAULT_MODEL}; {FOREIGN_MODEL} for other European languages, {CJK_MODEL} for the Chinese "
+    "and Japanese it knows; online mode where none fits the input].",
 )
 @click.option(
     "--online",
@@ -559,7 +560,11 @@ def models(verbose):
     if not paths:
         click.echo("no models installed (encode --online works without one)")
         return
-    roles = {DEFAULT_MODEL: " (default)", FOREIGN_MODEL: " (the default for other European languages)"}
+    roles = {
+        DEFAULT_MODEL: " (default)",
+        FOREIGN_MODEL: " (the default for other European languages)",
+        CJK_MODEL: " (the default for the Chinese and Japanese it knows)",
+    }
     for path in paths:
         try:
             m = load(path)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
+CJK_MODEL = "cjk-h128"  # the model `auto` starts the Chinese and Japanese text it knows from (`auto`)
 AUTO_MODEL = "auto"  # the default start: DEFAULT_MODEL, or online mode where it does not fit (`auto`)
 # The mixer prior a coding starts from (`settings.MIX_PRIORS`; `make_settings`):
 NARROWER = {"text5": "text4", "text6": "text4"}
