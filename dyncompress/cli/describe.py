@@ -114,12 +114,12 @@ def _bits_lines(settings: dict) -> list[str]:
 
 def start_line(name: str, model, probe: float) -> str:
     """What `encode -v` says of the start the probe chose (`auto`)."""
-    from dyncompress.auto import ONLINE_ABOVE, PROBE_BYTES
+    from dyncompress.auto import CJK_KNOWN, CJK_MODEL, ONLINE_ABOVE, PROBE_BYTES
 
     what = f"model {model.name}" if model else "online mode"
     return (
         f"{name}: {what}: the model codes the first {PROBE_BYTES // 1024} kB at {probe:.2f} bits/byte "
-        f"(online above {ONLINE_ABOVE})"
+        f"(online above {ONLINE_ABOVE}; Chinese and Japanese above {CJK_KNOWN} with {CJK_MODEL})"
     )
 
 
