@@ -98,9 +98,10 @@ def test_training_interrupted_saves_its_step_and_resumes_in_pieces(tmp_path, str
 
 
 def test_resume_refuses_other_data_or_layout(tmp_path, straight_training):
-    out = tmp_path / "p.dcm"
-    r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:60k", "-o", out, *PIECES, "--stop-after", "0.001")
+    out = tmp_path / "p.dcm"  # (a source named relative to where the training started)
+    r = run_cli("train", "alice29.txt:0:60k", "-o", out, *PIECES, "--stop-after", "0.001", cwd=CORPORA)
     assert r.returncode == 0, r.stderr
+    assert read_state(str(out))["sources"] == [f"{CORPORA / 'alice29.txt'}:0:60k"]  # resolves from anywhere
     r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:50k", "-o", out, "--resume")
     assert r.returncode == 1 and b"trained on other data: alice29.txt:0:60k (60,000 bytes)" in r.stderr, r.stderr
     r = run_cli("train", "-o", out, "--resume", "--bptt", "8")

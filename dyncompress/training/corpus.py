@@ -366,6 +366,18 @@ def _file_or_corpus(name: str, spec: str) -> tuple[str, str | None]:
     raise CorpusError(f"{spec}: no such file" + ("" if name == spec else f" ({name})"))
 
 
+def absolute_source(spec: str) -> str:
+    """`spec` with its file's path made absolute (a fetched corpus's name stays as it is), so that
+    a training checkpoint's sources resolve from any working directory."""
+    source = parse_source(spec)
+    if source.corpus is not None:
+        return spec
+    if os.path.exists(spec):
+        return os.path.abspath(spec)
+    _, start, end = spec.rsplit(":", 2)
+    return f"{os.path.abspath(source.path)}:{start}:{end}"
+
+
 def read_source(spec: str) -> tuple[Source, bytes]:
     source = parse_source(spec)
     try:

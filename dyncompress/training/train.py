@@ -40,6 +40,7 @@ from dyncompress.config.settings import TrainConfig
 from dyncompress.config.shape import MLSTMShape
 from dyncompress.network.adapt import clip_grad_
 from dyncompress.network.mlstm import MLSTM, init_params, unflatten, widen
+from dyncompress.training.corpus import absolute_source, read_source
 
 LN2 = math.log(2)
 
@@ -49,8 +50,6 @@ def read_corpus(paths: list[str], valid_bytes: int) -> tuple[np.ndarray, np.ndar
 
     `paths`: files, or any source `corpus.parse_source` takes (FILE:START:END, enwik8:train).
     """
-    from dyncompress.training.corpus import read_source
-
     blobs = []
     for path in paths:
         try:
@@ -116,7 +115,7 @@ class Trainer:
             h = init.shape.hidden
             raise ModelError(f"--init's model has hidden {h}, more than {config.hidden} (give --hidden {h} or more)")
         self.device = torch.device(device)
-        self.sources = list(files)
+        self.sources = [absolute_source(f) for f in files]  # (what a checkpoint records)
         self.train_data, self.valid_data, self.corpus = read_corpus(files, config.valid_bytes)
         self.S = torch.from_numpy(streams(self.train_data, config.batch)).to(self.device)
         if self.S.shape[1] <= config.bptt + 1:
