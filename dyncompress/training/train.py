@@ -263,7 +263,7 @@ class Trainer:
                     bpb = self.train_step()
                 ema = bpb if ema is None else 0.98 * ema + 0.02 * bpb
                 self.seconds = base_seconds + time.monotonic() - started
-                done = self.step == c.steps or (max_seconds is not None and self.seconds >= max_seconds)
+                done = self.finished
                 paused = not done and stop_after is not None and self.seconds - base_seconds >= stop_after
                 if self.step % c.eval_every == 0 or done or paused:
                     last_valid = self.validate()
