@@ -27,6 +27,7 @@ _CALLBACK_CODE = os.sep + "llvmlite" + os.sep  # code that C calls back into (nu
 
 _held = 0  # depth of `held_interrupts` blocks
 _pending = False  # a Ctrl-C received and not yet raised
+_terminated = False  # the interrupt came as SIGTERM (`terminate_as_interrupt`)
 
 
 def inside_callback(frame) -> bool:
@@ -74,6 +75,35 @@ def _ours_to_handle() -> bool:
     )
 
 
+def _on_terminate(signum, frame) -> None:
+    global _terminated
+    _terminated = True
+    _on_interrupt(signum, frame)
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """Within the block a SIGTERM (`kill`, a job scheduler's stop) is a Ctrl-C: raised as
+    KeyboardInterrupt, held like one by `held_interrupts`, and `terminated()` then says it came as
+    SIGTERM. So a long run that saves its state on Ctrl-C saves it on SIGTERM too, also where
+    Ctrl-C is ignored (a background job, nohup). Main thread only; elsewhere the block changes nothing."""
+    global _terminated
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _terminated = False
+    previous = signal.signal(signal.SIGTERM, _on_terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def terminated() -> bool:
+    """Whether the last interrupt in a `terminate_as_interrupt` block was a SIGTERM."""
+    return _terminated
+
+
 def deliver_interrupts() -> None:
     """From now on in this process, a Ctrl-C that lands in a finaliser or callback is raised just
     after it, in the main thread. Only where Ctrl-C is Python's to raise (not ignored, as under
@@ -87,16 +117,19 @@ def deliver_interrupts() -> None:
 @contextmanager
 def held_interrupts():
     global _held, _pending
-    if not _ours_to_handle():
+    ours = _ours_to_handle()  # (SIGINT's; else SIGTERM's where `terminate_as_interrupt` made it ours)
+    term = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_terminate
+    if not (ours or term):
         yield  # someone else's handler, or not the main thread: leave it alone
         return
-    previous = signal.signal(signal.SIGINT, _on_interrupt)
+    previous = signal.signal(signal.SIGINT, _on_interrupt) if ours else None
     _held += 1
     try:
         yield
     finally:
         _held -= 1
-        signal.signal(signal.SIGINT, previous)
+        if ours:
+            signal.signal(signal.SIGINT, previous)
     if _pending and not _held:
         _pending = False
         raise KeyboardInterrupt

@@ -399,13 +399,14 @@ def tiny(tmp_path_factory) -> tuple[Path, Model]:
 INTERRUPTED = (130, -signal.SIGINT)
 
 
-def interruptible(args: list, **kw) -> subprocess.Popen:
+def interruptible(args: list, sigint=signal.SIG_DFL, **kw) -> subprocess.Popen:
     """A child with SIGINT at its default, as from a terminal, even when this test run was started
     with SIGINT ignored (a background job of a non-interactive shell, nohup): the child would
-    inherit the ignored signal and never see the Ctrl-C these tests send."""
+    inherit the ignored signal and never see the Ctrl-C these tests send. (`sigint`: SIG_IGN for a
+    child started as a background job.)"""
     return subprocess.Popen(
         [sys.executable, *args],
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
         stderr=subprocess.PIPE,
         **kw,
     )

@@ -54,11 +54,11 @@ def straight_training(tmp_path_factory):
     return read_state(str(out))
 
 
-def _stop(tmp_path, when: bytes, sig) -> Path:
+def _stop(tmp_path, when: bytes, sig, **kw) -> Path:
     """Start the training in a child, send `sig` when its stderr shows `when`; the model's path."""
     out = tmp_path / "p.dcm"
     source = f"{CORPORA / 'alice29.txt'}:0:60k"
-    proc = interruptible(["-m", "dyncompress", "train", source, "-o", str(out), *PIECES])
+    proc = interruptible(["-m", "dyncompress", "train", source, "-o", str(out), *PIECES], **kw)
     seen = b""
     while when not in seen:
         line = proc.stderr.readline()
@@ -93,6 +93,18 @@ def test_training_interrupted_saves_its_step_and_resumes_in_pieces(tmp_path, str
     assert r.returncode == 0 and b"--resume continues" in r.stderr, r.stderr
     assert read_state(str(out))["step"] < 300
     r = run_cli("train", f"{CORPORA / 'alice29.txt'}:0:60k", "-o", out, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert torch.equal(read_state(str(out))["theta"], straight_training["theta"])
+
+
+def test_training_terminated_saves_its_step_even_where_ctrl_c_is_ignored(tmp_path, straight_training):
+    """SIGTERM (a job scheduler's stop) to a training started as a background job (SIGINT ignored):
+    one line, exit 143, the state of the last whole step written; --resume ends as the straight run."""
+    out, code, err = _stop(tmp_path, b"step 60/", signal.SIGTERM, sigint=signal.SIG_IGN)
+    assert code == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert "terminated at step" in err.strip().splitlines()[-1] and "--resume" in err
+    assert 60 <= read_state(str(out))["step"] < 300
+    r = run_cli("train", "-o", out, "--resume")
     assert r.returncode == 0, r.stderr
     assert torch.equal(read_state(str(out))["theta"], straight_training["theta"])
 
@@ -150,6 +162,23 @@ def test_save_load_round_trip_is_exact(tiny, tmp_path):
     assert torch.equal(loaded.theta, model.theta) and torch.equal(loaded.ms, model.ms)
     assert loaded.info == model.info and loaded.name == "tiny" and loaded.shape == model.shape
     assert again.read_bytes() == path.read_bytes() and loaded.sha256 == model.sha256
+
+
+SHIPPED = sorted((ROOT / "models").glob("*.dcm"))  # (installed as dyncompress.models)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_shipped_model_has_a_card_that_matches_its_file(path):
+    """The card beside each shipped file names its SHA-256, its parameters and its hidden size, and
+    the folder's README lists it with a link to the card."""
+    model = load(str(path))
+    card = path.with_suffix(".md").read_text(encoding="utf-8")
+    assert model.name == path.stem
+    assert model.sha256 in card
+    assert f"{model.shape.num_params:,} parameters" in card
+    assert f"{model.shape.hidden} hidden units" in card
+    readme = (path.parent / "README.md").read_text(encoding="utf-8")
+    assert f"| `{model.name}` " in readme and f"[{path.stem}.md]({path.stem}.md)" in readme
 
 
 def test_damaged_model_files_are_refused(tiny):

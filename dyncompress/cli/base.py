@@ -19,7 +19,7 @@ import click
 
 from dyncompress._signals import held_interrupts
 
-EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 130, 143  # (128 + SIGINT, SIGTERM)
 
 
 @contextmanager

@@ -9,8 +9,10 @@ import time
 
 import click
 
+from dyncompress._signals import terminate_as_interrupt, terminated
 from dyncompress.cli.base import (
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     Fatal,
     loading,
     setting,
@@ -106,15 +108,17 @@ def train(files, output, name, resume, stop_after, init, threads, device, quiet,
             sys.stderr.write("\r" + line + "\x1b[K")
             sys.stderr.flush()
 
-    try:
-        model = trainer.run(output, name, command, report, None if stop_after is None else 60 * stop_after)
+    try:  # a Ctrl-C or SIGTERM lands between steps, and that step's state is written
+        with terminate_as_interrupt():
+            model = trainer.run(output, name, command, report, None if stop_after is None else 60 * stop_after)
     except KeyboardInterrupt:
+        how = "terminated" if terminated() else "interrupted"
         click.echo(
             ("\n" if tty else "")
-            + f"dyncompress: interrupted at step {trainer.step:,}; {output}.state holds it (--resume continues)",
+            + f"dyncompress: {how} at step {trainer.step:,}; {output}.state holds it (--resume continues)",
             err=True,
         )
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        raise SystemExit(EXIT_TERMINATED if terminated() else EXIT_INTERRUPTED) from None
     except DyncompressError as e:
         raise Fatal(str(e)) from None
     left = "" if trainer.finished else f"; stopped at step {trainer.step:,} of {trainer.c.steps:,} (--resume continues)"
