@@ -264,7 +264,7 @@ def small():
 
 # Other kernels than the machine's best: torch's generic ones, MKL at SSE4.2, and the experts' compiled
 # code for a generic x86-64 (numba), with a numba cache of this session's own. The portability tests
-# code under them (test_cli), each case of CROSS_CASES one way or both (the golden files are
+# code under them (test_cli), each case of CROSS_CASES (every shipped model among them) one way or both (the golden files are
 # re-encoded under other kernels in test_golden).
 PORTABLE_CACHE = tempfile.mkdtemp(prefix="dyncompress-generic-")
 PORTABLE_KERNELS = {
@@ -277,8 +277,8 @@ CROSS_CASES = {
     "online -9": ["--online", "-9"],
     "model, -T 2": ["--lanes", "3", "-T", "2"],
     "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
-    "model, sparse + TLM": ["--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
-    "model, LoRA + TLM": ["--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
+    "model, sparse + TLM": ["--model", "multi-h256", "--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
+    "model, LoRA + TLM": ["--model", "cjk-h128", "--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
     "fast (bits engine)": ["--fast"],
     "fast, bytes engine, -T 2": ["--fast", "--engine", "bytes", "-T", "2"],
 }

@@ -181,6 +181,11 @@ def test_every_shipped_model_has_a_card_that_matches_its_file(path):
     assert f"| `{model.name}` " in readme and f"[{path.stem}.md]({path.stem}.md)" in readme
 
 
+def test_the_shipped_models_fit_the_wheel_budget():
+    """What a `pip install` brings of models: 40 MB together at most (and at least one model)."""
+    assert SHIPPED and sum(path.stat().st_size for path in SHIPPED) <= 40_000_000
+
+
 def test_damaged_model_files_are_refused(tiny):
     data = tiny[0].read_bytes()
     for bad in (data[:-1], data[: len(data) // 2], data[:5] + b"X" + data[6:], b"", b"not a model"):
