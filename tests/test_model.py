@@ -306,6 +306,11 @@ def test_cli_train_and_calibrate(tmp_path):
     assert widened.shape.hidden == 24 and widened.info["training"]["init"] == f"cli ({m.sha256[:16]})"
     best = min(h["valid_bpb"] for h in first["history"])  # the model's held-out bits, the same tail
     assert abs(widened.info["training"]["history"][0]["valid_bpb"] - best) < 1e-3
+    r = run_cli("train", "-o", wide, "--resume", "--steps", "2")  # a second piece: where it started is kept
+    assert r.returncode == 0, r.stderr
+    state = read_state(str(wide))
+    assert state["step"] == 2 and state["init"] == f"cli ({m.sha256[:16]})"
+    assert [p["step"] for p in state["pieces"]] == [0, 1] and "--resume" in state["pieces"][1]["command"]
     r = run_cli("train", CORPORA / "alice29.txt", "-o", tmp_path / "t3.dcm", "--init", tmp_path / "none.dcm")
     assert r.returncode == 1 and b"Traceback" not in r.stderr and not (tmp_path / "t3.dcm").exists()
     r = run_cli("calibrate", tmp_path / "missing.dcm", CORPORA / "alice29.txt")

@@ -122,6 +122,9 @@ class Trainer:
             raise ModelError("corpus too small for this batch and bptt")
         self.shape = MLSTMShape(config.hidden)
         self.init = init
+        # what the weights started from, as the model file records it (a resumed run keeps its first piece's)
+        self.init_record = f"{init.name} ({init.sha256[:16]})" if init is not None else None
+        self.pieces: list[dict] = []  # every piece of the run: the step it started at, its command
         if init is None:
             theta = init_params(self.shape, config.seed)
         elif init.shape.hidden < config.hidden:  # a larger network that starts as the smaller one
@@ -181,7 +184,7 @@ class Trainer:
             else f"mLSTM hidden {self.c.hidden} (untrained)",
             "training": {
                 "config": asdict(self.c),
-                "init": f"{self.init.name} ({self.init.sha256[:16]})" if self.init is not None else None,
+                "init": self.init_record,
                 "corpus": self.corpus,
                 "train_bytes": len(self.train_data),
                 "valid_bytes": len(self.valid_data),
@@ -190,6 +193,7 @@ class Trainer:
                 "seconds": round(self.seconds, 1),
                 "history": self.history,
                 "command": command,
+                "pieces": self.pieces,
                 "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} threads, device {self.device.type}",
                 "dyncompress": __version__,
@@ -213,6 +217,8 @@ class Trainer:
             "history": self.history,
             "config": asdict(self.c),
             "name": name,
+            "init": self.init_record,
+            "pieces": self.pieces,
             "sources": self.sources,
             "corpus": self.corpus,
             "optimizer": self.opt.state_dict(),
@@ -238,6 +244,8 @@ class Trainer:
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.pos, self.seconds = state["step"], state["pos"], state["seconds"]
         self.history = state["history"]
+        self.init_record = state.get("init", self.init_record)
+        self.pieces = list(state.get("pieces", []))
         self.net.set_state(state["h"], state["c"])
 
     def run(
@@ -254,6 +262,7 @@ class Trainer:
         `resume`. A Ctrl-C (KeyboardInterrupt) is let through after the step it lands in, once the
         checkpoint of that step is written."""
         c = self.c
+        self.pieces.append({"step": self.step, "command": command})
         max_seconds = 60 * c.minutes if c.minutes > 0 else None
         ema, started, last_valid = None, time.monotonic(), float("nan")
         base_seconds = self.seconds
