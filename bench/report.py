@@ -1,7 +1,7 @@
 """The README's table: ratio and speed of dyncompress beside the compressors users compare it with,
 on named files, in one run on this machine.
 
-    python bench/report.py corpora/alice29.txt ENWIK6 [--paq8px PATH] [--cmix PATH] [--levels default fast]
+    python bench/report.py corpora/alice29.txt ENWIK6 [--paq8px PATH] [--cmix PATH] [--levels default 7 fast]
 
 Every row is a program run as a user runs it, start-up included: `dyncompress encode`/`decode` at each
 level, gzip -9, xz -9e and zstd -19 from the PATH, PPMd order 6 (pyppmd, in this process: it has no
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dyncompress.cli.peers import PEERS, BenchRow, CommandPeer, bench_command, bench_peer, command_peers
 
-LEVELS = {"default": (), "fast": ("--fast",), "fast-bytes": ("--fast", "--engine", "bytes"), "9": ("-9",), "1": ("-1",)}
+LEVELS = {"default": (), "fast": ("--fast",), "fast-bytes": ("--fast", "--engine", "bytes")}
+LEVELS.update({str(n): (f"-{n}",) for n in range(1, 10)})
 
 
 def dyncompress_peer(level: str) -> CommandPeer:

@@ -5,16 +5,18 @@ unlike what a model learned (images, object code, tables of numbers) its prior c
 gives, even after 100 kB of adaptation, and a network that starts from online mode's random seed
 codes smaller.
 
-So the encoder looks at the input's first PROBE_BYTES: Chinese or Japanese (`cjk_share`) asks
+The encoder looks at the input's first PROBE_BYTES: Chinese or Japanese (`cjk_share`) asks
 CJK_MODEL, another European language than English (`foreign_share`) FOREIGN_MODEL (with its mixer
 prior FOREIGN_PRIOR), the rest the default model. Then that model's network alone, as trained (no
 adaptation, no experts), codes those bytes in PROBE_LANES lanes: above ONLINE_ABOVE bits per byte
-the file is coded online (ONLINE). CJK_MODEL learned manuals and documentation; it starts only the
-text it knows that well (at most CJK_KNOWN bits per byte), adapted as online mode adapts its network
-(CJK_START), and other Chinese and Japanese (novels) is coded online, where it codes smaller. A
-model that is not installed leaves its texts to the default model. The choice is the encoder's
-alone: the header records the start like any other setting, and a decoder follows it. The
-measurements behind each threshold: docs/lab/auto.md.
+the file is coded online (ONLINE). At LARGE_LEVELS the default model's place is LARGE_MODEL's, a
+larger network that learned the same text (`level_model`), and it also starts text in other European
+languages where its probe costs less than FOREIGN_MODEL's. CJK_MODEL learned manuals and
+documentation; it starts only the text it knows that well (at most CJK_KNOWN bits per byte), adapted
+as online mode adapts its network (CJK_START), and other Chinese and Japanese (novels) is coded
+online, where it codes smaller. A model that is not installed leaves its texts to the default model.
+The choice is the encoder's alone: the header records the start like any other setting, and a
+decoder follows it. The measurements behind each threshold: docs/lab/auto.md.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from dyncompress.config.levels import (
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     FOREIGN_MODEL,
+    LARGE_LEVELS,
+    LARGE_MODEL,
     MODEL_LEVELS,
     ONLINE_PRIOR,
     make_settings,
@@ -88,19 +92,35 @@ def considered(size: int | None, knobs: dict) -> bool:
 def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> tuple[Model | None, dict, float | None]:
     """(the model, or None for online mode; the settings that go with it over `knobs`; the probe's
     bits per byte, None where there was no probe) for an input of `size` bytes (None: not known)
-    that starts with `sample`."""
+    that starts with `sample`. `model`: DEFAULT_MODEL, or the model a batch of files starts from."""
+    model = level_model(model, knobs)
     if not considered(size, knobs) or not sample:
         return model, {}, None
     language = "cjk" if cjk_share(sample) > CJK_SHARE else "foreign" if foreign_share(sample) > FOREIGN_SHARE else ""
-    if language and model.name == DEFAULT_MODEL:
+    english, where = model, {k: knobs[k] for k in ("device", "threads") if knobs.get(k)}
+    if language and model.name in (DEFAULT_MODEL, LARGE_MODEL):
         model = language_model(CJK_MODEL if language == "cjk" else FOREIGN_MODEL) or model
-    bits = probe_bits(model, sample, **{k: knobs[k] for k in ("device", "threads") if knobs.get(k)})
+    bits = probe_bits(model, sample, **where)
+    if language == "foreign" and english.name == LARGE_MODEL and model is not english:
+        # the larger model knows much of what FOREIGN_MODEL knows (Wikipedia's foreign names, some novels):
+        # the one whose probe costs less starts
+        english_bits = probe_bits(english, sample, **where)
+        if english_bits < bits:
+            model, bits, language = english, english_bits, ""
     cjk = language == "cjk" and model.name == CJK_MODEL
     if bits > (CJK_KNOWN if cjk else ONLINE_ABOVE):
         return None, ONLINE, bits
     if cjk:
         return model, {**CJK_START, **chosen_prior(CJK_PRIOR, knobs)}, bits
     return model, chosen_prior(FOREIGN_PRIOR if language == "foreign" else "", knobs), bits
+
+
+def level_model(model: Model, knobs: dict) -> Model:
+    """LARGE_MODEL in DEFAULT_MODEL's place at LARGE_LEVELS (where it is installed), whatever the
+    input's size: the level chose it; else `model`. `knobs`: the settings asked for."""
+    if model.name == DEFAULT_MODEL and (knobs.get("level") or DEFAULT_LEVEL) in LARGE_LEVELS:
+        return language_model(LARGE_MODEL) or model
+    return model
 
 
 @functools.cache

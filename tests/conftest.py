@@ -279,6 +279,7 @@ CROSS_CASES = {
     "online, rms-decay": ["--online", "--hidden", "64", "--rule", "rms-decay", "--lanes", "4"],
     "model, sparse + TLM": ["--model", "multi-h256", "--lanes", "3", "--sparse", "64", "--tlm-bits", "2.0"],
     "model, LoRA + TLM": ["--model", "cjk-h128", "--lanes", "3", "--lora", "8", "--tlm-bits", "2.0"],
+    "large model -9, -T 2": ["--model", "enwiki-h512", "-9", "-T", "2"],
     "fast (bits engine)": ["--fast"],
     "fast, bytes engine, -T 2": ["--fast", "--engine", "bytes", "-T", "2"],
 }

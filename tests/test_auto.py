@@ -13,6 +13,7 @@ from dyncompress.auto import (
     CJK_START,
     FOREIGN_MODEL,
     FOREIGN_PRIOR,
+    LARGE_MODEL,
     ONLINE,
     ONLINE_ABOVE,
     PROBE_BYTES,
@@ -24,7 +25,7 @@ from dyncompress.auto import (
 )
 from dyncompress.cli.batch import encode_plan
 from dyncompress.cli.peers import round_trip
-from dyncompress.config.levels import DEFAULT_MODEL, DEFAULT_PRIOR
+from dyncompress.config.levels import DEFAULT_MODEL, DEFAULT_PRIOR, LARGE_LEVELS
 from dyncompress.config.settings import Settings
 from dyncompress.format.container import parse_header
 
@@ -72,9 +73,36 @@ def test_without_the_foreign_model_installed_the_default_model_starts_every_text
 
     monkeypatch.setattr(auto, "FOREIGN_MODEL", "no-such-model")
     monkeypatch.setattr(auto, "CJK_MODEL", "no-such-model-either")
+    monkeypatch.setattr(auto, "LARGE_MODEL", "nor-this-one")
+    assert choose_start(model, TEXT, len(TEXT), {"level": 9})[:2] == (model, {})
     assert choose_start(model, corpus("quijote_8k.txt"), 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
     # Chinese then goes to the default model's probe, which sends it online
     assert choose_start(model, corpus("hongloumeng_6k.txt"), 100_000, {})[:2] == (None, ONLINE)
+
+
+def test_the_upper_levels_start_english_from_the_large_model_and_decode(model):
+    """-7 ... -9 start what the default model would start from LARGE_MODEL, whatever the input's size
+    (the level chose it, not the probe); other languages keep their models, lower levels the default."""
+    large = language_model(LARGE_MODEL)
+    assert large is not None and large.shape.hidden > model.shape.hidden
+    assert LARGE_LEVELS == {7, 8, 9}
+    start, chosen, bits = choose_start(model, TEXT, len(TEXT), {"level": 7})
+    assert start is large and chosen == {} and bits < probe_bits(model, TEXT)  # it knows English better
+    assert choose_start(model, TEXT[:1000], 1000, {"level": 9}) == (large, {}, None)
+    assert choose_start(model, TEXT, len(TEXT), {"level": 6})[0] is model
+    assert choose_start(model, TEXT, len(TEXT), {})[0] is model  # (the default level)
+    # text with other languages' letters: the foreign model where its probe is the lower, else the large one
+    spanish, wiki = corpus("quijote_8k.txt"), corpus("enwik8_3m_4k")  # (Wikipedia with foreign names)
+    assert foreign_share(spanish) > 0.01 and foreign_share(wiki) > 0.01
+    start, chosen, bits = choose_start(model, spanish, 100_000, {"level": 9})
+    assert start.name == FOREIGN_MODEL and chosen == {"prior": FOREIGN_PRIOR} and bits < probe_bits(large, spanish)
+    assert choose_start(model, wiki, 100_000, {})[0].name == FOREIGN_MODEL  # (the default level: by the share)
+    start, chosen, bits = choose_start(model, wiki, 100_000, {"level": 7})
+    assert start is large and chosen == {} and bits < probe_bits(language_model(FOREIGN_MODEL), wiki)
+    assert choose_start(model, OBJ1, len(OBJ1), {"level": 9})[0] is None  # object code: online at -9 too
+    data = TEXT[:2000]
+    packed = compress(data, level=9, threads=1)
+    assert header_of(packed)["model"]["name"] == LARGE_MODEL and decompress(packed) == data
 
 
 @pytest.mark.parametrize("name", ["ja_manpages_6k.txt", "zh_manpages_6k.txt"])

@@ -265,6 +265,7 @@ def test_cli_model_by_path_and_by_name(tiny, tmp_path):
     assert b"enwiki-h256 (default): " in r.stdout
     assert b"multi-h256 (the default for other European languages): " in r.stdout
     assert b"cjk-h128 (the default for the Chinese and Japanese it knows): " in r.stdout
+    assert b"enwiki-h512 (the default from -7 on): " in r.stdout
 
 
 def test_cli_train_and_calibrate(tmp_path):

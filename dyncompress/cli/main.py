@@ -62,6 +62,8 @@ from dyncompress.config.levels import (
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
     FOREIGN_MODEL,
+    LARGE_LEVELS,
+    LARGE_MODEL,
     MODEL_LEVELS,
     make_settings,
 )
@@ -127,8 +129,8 @@ MODEL_HELP = (
     metavar="NAME|PATH",
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-    f".dcm file [{DEFAULT_MODEL}; {FOREIGN_MODEL} for other European languages, {CJK_MODEL} for the Chinese "
-    "and Japanese it knows; online mode where none fits the input].",
+    f".dcm file [{DEFAULT_MODEL} ({LARGE_MODEL} from -{min(LARGE_LEVELS)}); {FOREIGN_MODEL} for other European "
+    f"languages, {CJK_MODEL} for the Chinese and Japanese it knows; online mode where none fits the input].",
 )
 @click.option(
     "--online",
@@ -212,14 +214,16 @@ def encode(
 ):
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
-    By default the shipped pretrained model starts the coding and adapts to
-    each file, unless the input is unlike anything it learned (the model codes
-    its first 4 kB at more than 6.25 bits per byte: Chinese, Japanese, images,
-    object code). Such an input of 16 kB or more is coded in online mode with
-    a network of 128 units, which codes it smaller, at levels -3 ... -9; text
-    in other European languages (accented letters or Cyrillic) starts from the
-    model fine-tuned on them, multi-h256 (-v says which start was chosen;
-    --model or --online decides it).
+    By default a shipped pretrained model starts the coding and adapts to each
+    file: enwiki-h256 for English (from -7 on enwiki-h512, twice the units:
+    smaller, slower), multi-h256 for other European languages (accented
+    letters or Cyrillic), cjk-h128 for the Chinese and Japanese manuals and
+    documentation it knows. An input of 16 kB or more unlike what the model
+    learned (it codes the first 4 kB at more than 6.25 bits per byte: images,
+    object code; Chinese and Japanese above 2.5 with cjk-h128, such as novels)
+    is coded in online mode with a network of 128 units, which codes it
+    smaller, at levels -3 ... -9 (-v says which start was chosen; --model or
+    --online decides it).
 
     A level (-1 ... -9) picks the lanes and what the network adapts; any
     setting given explicitly overrides the level's:
@@ -228,8 +232,9 @@ def encode(
     -1, -2   the model as trained, no adaptation (32, 16 lanes): fastest
     -3 ... -9  rank-32 LoRA factors on the output matrix adapt after every
              segment, the network as trained: 16 lanes (segments of 64,
-             then 32 bytes), 8 lanes (64, then 32: -6, the default),
-             then 4, 2 and 1 lane: smallest, slowest
+             then 32 bytes), 8 lanes (64, then 32: -6, the default);
+             -7 ... -9 the larger model (English) in 8, 4 and 1 lane:
+             smallest, slowest
     --rule R adapts the whole network instead (on some texts, such as old
     English verse, that codes smaller, at about half the speed).
 
@@ -564,6 +569,7 @@ def models(verbose):
         DEFAULT_MODEL: " (default)",
         FOREIGN_MODEL: " (the default for other European languages)",
         CJK_MODEL: " (the default for the Chinese and Japanese it knows)",
+        LARGE_MODEL: f" (the default from -{min(LARGE_LEVELS)} on)",
     }
     for path in paths:
         try:
