@@ -24,11 +24,13 @@ from pathlib import Path
 CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
 # name -> (file, bytes, the Python API's keyword arguments). Between them every way of coding: the
-# model's levels, --fast (both engines), --online, frames, the foreign model's start, online mode chosen by `auto`
+# model's levels, --fast (both engines), --online, frames, the foreign model's start, online mode chosen by `auto`,
+# the larger model of -7 ... -9
 CASES: dict[str, tuple[str, int, dict]] = {
     "default": ("alice29.txt", 8_000, {}),
     "level1": ("alice29.txt", 8_000, {"level": 1}),
-    "level9": ("alice29.txt", 8_000, {"level": 9}),
+    "level9": ("alice29.txt", 8_000, {"level": 9, "model": "enwiki-h256"}),
+    "large": ("alice29.txt", 8_000, {"level": 7}),  # (`auto`'s larger model)
     "fast": ("alice29.txt", 20_000, {"model": None, "hidden": 0, "engine": "bytes"}),
     "online": ("alice29.txt", 8_000, {"model": None}),
     "online-level1": ("enwik4", 10_000, {"model": None, "level": 1}),
