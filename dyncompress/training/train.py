@@ -121,7 +121,6 @@ class Trainer:
         if self.S.shape[1] <= config.bptt + 1:
             raise ModelError("corpus too small for this batch and bptt")
         self.shape = MLSTMShape(config.hidden)
-        self.init = init
         # what the weights started from, as the model file records it (a resumed run keeps its first piece's)
         self.init_record = f"{init.name} ({init.sha256[:16]})" if init is not None else None
         self.pieces: list[dict] = []  # every piece of the run: the step it started at, its command
