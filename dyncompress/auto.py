@@ -10,8 +10,9 @@ CJK_MODEL, another European language than English (`foreign_share`) FOREIGN_MODE
 prior FOREIGN_PRIOR), the rest the default model. Then that model's network alone, as trained (no
 adaptation, no experts), codes those bytes in PROBE_LANES lanes: above ONLINE_ABOVE bits per byte
 the file is coded online (ONLINE). At LARGE_LEVELS the default model's place is LARGE_MODEL's, a
-larger network that learned the same text (`level_model`), and it also starts text in other European
-languages where its probe costs less than FOREIGN_MODEL's. CJK_MODEL learned manuals and
+larger network that learned the same text (`level_model`). Text called foreign is probed with the
+English model too, which starts it where its probe is lower by ENGLISH_AHEAD (English that cites
+foreign names; the larger model also knows some of the novels). CJK_MODEL learned manuals and
 documentation; it starts only the text it knows that well (at most CJK_KNOWN bits per byte), adapted
 as online mode adapts its network (CJK_START), and other Chinese and Japanese (novels) is coded
 online, where it codes smaller. A model that is not installed leaves its texts to the default model.
@@ -50,6 +51,11 @@ ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 # dashes of English typography); it starts from FOREIGN_MODEL and FOREIGN_PRIOR.
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
+# Such text starts from the English model instead where that model's probe costs less than
+# FOREIGN_MODEL's by more than this many bits per byte: [DEFAULT_MODEL, LARGE_MODEL]. The default
+# model codes the mixture better than its probe says only where it is clearly ahead; the larger
+# model knows much of what FOREIGN_MODEL knows (foreign names, some novels) and starts wherever it is.
+ENGLISH_AHEAD = (0.1, 0.0)
 # Chinese or Japanese: more than CJK_SHARE of the first bytes are three-byte characters of the CJK
 # blocks (`cjk_share`). CJK_MODEL starts such text where its probe costs at most CJK_KNOWN bits per
 # byte, with CJK_START's settings over the level's: the whole network adapted on the stream's own
@@ -101,11 +107,11 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     if language and model.name in (DEFAULT_MODEL, LARGE_MODEL):
         model = language_model(CJK_MODEL if language == "cjk" else FOREIGN_MODEL) or model
     bits = probe_bits(model, sample, **where)
-    if language == "foreign" and english.name == LARGE_MODEL and model is not english:
-        # the larger model knows much of what FOREIGN_MODEL knows (Wikipedia's foreign names, some novels):
-        # the one whose probe costs less starts
+    if language == "foreign" and model is not english:
+        # English with other languages' names (Wikipedia citing its sources) is still the English model's:
+        # it starts where its probe is clearly the lower (ENGLISH_AHEAD)
         english_bits = probe_bits(english, sample, **where)
-        if english_bits < bits:
+        if english_bits < bits - ENGLISH_AHEAD[english.name == LARGE_MODEL]:
             model, bits, language = english, english_bits, ""
     cjk = language == "cjk" and model.name == CJK_MODEL
     if bits > (CJK_KNOWN if cjk else ONLINE_ABOVE):

@@ -96,13 +96,35 @@ def test_the_upper_levels_start_english_from_the_large_model_and_decode(model):
     assert foreign_share(spanish) > 0.01 and foreign_share(wiki) > 0.01
     start, chosen, bits = choose_start(model, spanish, 100_000, {"level": 9})
     assert start.name == FOREIGN_MODEL and chosen == {"prior": FOREIGN_PRIOR} and bits < probe_bits(large, spanish)
-    assert choose_start(model, wiki, 100_000, {})[0].name == FOREIGN_MODEL  # (the default level: by the share)
     start, chosen, bits = choose_start(model, wiki, 100_000, {"level": 7})
     assert start is large and chosen == {} and bits < probe_bits(language_model(FOREIGN_MODEL), wiki)
     assert choose_start(model, OBJ1, len(OBJ1), {"level": 9})[0] is None  # object code: online at -9 too
     data = TEXT[:2000]
     packed = compress(data, level=9, threads=1)
     assert header_of(packed)["model"]["name"] == LARGE_MODEL and decompress(packed) == data
+
+
+def test_english_citing_foreign_names_starts_from_the_english_model_where_its_probe_is_clearly_lower(
+    model, monkeypatch
+):
+    """Text with other languages' letters is probed with the foreign model and the English one; the
+    English model starts it where its probe is lower by ENGLISH_AHEAD (at the default level)."""
+    from dyncompress import auto
+
+    wiki, spanish = corpus("enwik8_3m_4k"), corpus("quijote_8k.txt")
+    foreign = language_model(FOREIGN_MODEL)
+    assert foreign_share(wiki) > 0.01  # (Wikipedia citing Greek and Latin sources)
+    english_bits, foreign_bits = probe_bits(model, wiki), probe_bits(foreign, wiki)
+    assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[0]
+    assert choose_start(model, wiki, 100_000, {}) == (model, {}, english_bits)  # (the default's prior too)
+    assert choose_start(model, spanish, 100_000, {})[0] is foreign  # (Spanish: the foreign model's probe is far lower)
+    # a lead smaller than the margin leaves the text to the foreign model
+    monkeypatch.setattr(auto, "ENGLISH_AHEAD", (foreign_bits - english_bits + 0.01, 0.0))
+    assert choose_start(model, wiki, 100_000, {}) == (foreign, {"prior": FOREIGN_PRIOR}, foreign_bits)
+    data = (wiki * 5)[:AUTO_MIN]
+    monkeypatch.undo()
+    packed = compress(data, threads=1)
+    assert header_of(packed)["model"]["name"] == DEFAULT_MODEL and decompress(packed) == data
 
 
 @pytest.mark.parametrize("name", ["ja_manpages_6k.txt", "zh_manpages_6k.txt"])
