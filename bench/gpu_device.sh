@@ -38,6 +38,7 @@ for dev in cuda cpu; do
   done
 done
 cd "$R" || exit 1
-timeout 200 python3 bench/gpu_check.py --file "$D/e800" --lanes 8 64 256 --steps 1500 --save "$OUT"
+timeout 360 python3 bench/gpu_check.py --file "$D/e800" --models enwiki-h256 enwiki-h512 --lanes 8 64 256 1024 \
+  --steps 1500 --cpu-baseline 400000 --save "$OUT"
 timeout 100 python3 bench/gpu_check.py --online --hidden 256 --file "$D/e800" --lanes 16 128 --steps 1000 --save "$OUT"
 echo "all took $(( $(date +%s) - t0 )) s"
