@@ -52,10 +52,10 @@ ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
 # Such text starts from the English model instead where that model's probe costs less than
-# FOREIGN_MODEL's by more than this many bits per byte: [DEFAULT_MODEL, LARGE_MODEL]. The default
-# model codes the mixture better than its probe says only where it is clearly ahead; the larger
-# model knows much of what FOREIGN_MODEL knows (foreign names, some novels) and starts wherever it is.
-ENGLISH_AHEAD = (0.1, 0.0)
+# FOREIGN_MODEL's by more than this many bits per byte. The default model codes the mixture better
+# than FOREIGN_MODEL only where its probe is clearly ahead; the larger model knows much of what
+# FOREIGN_MODEL knows (foreign names, some novels) and starts wherever its probe is the lower.
+ENGLISH_AHEAD = {DEFAULT_MODEL: 0.1, LARGE_MODEL: 0.0}
 # Chinese or Japanese: more than CJK_SHARE of the first bytes are three-byte characters of the CJK
 # blocks (`cjk_share`). CJK_MODEL starts such text where its probe costs at most CJK_KNOWN bits per
 # byte, with CJK_START's settings over the level's: the whole network adapted on the stream's own
@@ -111,7 +111,7 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
         # English with other languages' names (Wikipedia citing its sources) is still the English model's:
         # it starts where its probe is clearly the lower (ENGLISH_AHEAD)
         english_bits = probe_bits(english, sample, **where)
-        if english_bits < bits - ENGLISH_AHEAD[english.name == LARGE_MODEL]:
+        if english_bits < bits - ENGLISH_AHEAD[english.name]:
             model, bits, language = english, english_bits, ""
     cjk = language == "cjk" and model.name == CJK_MODEL
     if bits > (CJK_KNOWN if cjk else ONLINE_ABOVE):

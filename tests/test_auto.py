@@ -115,11 +115,11 @@ def test_english_citing_foreign_names_starts_from_the_english_model_where_its_pr
     foreign = language_model(FOREIGN_MODEL)
     assert foreign_share(wiki) > 0.01  # (Wikipedia citing Greek and Latin sources)
     english_bits, foreign_bits = probe_bits(model, wiki), probe_bits(foreign, wiki)
-    assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[0]
+    assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[DEFAULT_MODEL]
     assert choose_start(model, wiki, 100_000, {}) == (model, {}, english_bits)  # (the default's prior too)
     assert choose_start(model, spanish, 100_000, {})[0] is foreign  # (Spanish: the foreign model's probe is far lower)
     # a lead smaller than the margin leaves the text to the foreign model
-    monkeypatch.setattr(auto, "ENGLISH_AHEAD", (foreign_bits - english_bits + 0.01, 0.0))
+    monkeypatch.setitem(auto.ENGLISH_AHEAD, DEFAULT_MODEL, foreign_bits - english_bits + 0.01)
     assert choose_start(model, wiki, 100_000, {}) == (foreign, {"prior": FOREIGN_PRIOR}, foreign_bits)
 
 
