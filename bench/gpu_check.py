@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from paired import wrap_timed  # (this folder's paired.py: the script's folder is on the path)
 
 import dyncompress
 from dyncompress.config.settings import MAX_BATCH
@@ -113,27 +114,12 @@ def timed_parts() -> Iterator[dict[str, float]]:
 
     spent: dict[str, float] = collections.defaultdict(float)
     calls = {"network": (MLSTMPredictor, ("forward", "learn_from")), "experts": (Experts, ("prepare", "mix", "learn"))}
-    saved = []
-    for part, (cls, names) in calls.items():
-        for method in names:
-            saved.append((cls, method, getattr(cls, method)))
-            setattr(cls, method, _timer(getattr(cls, method), part, spent))
+    saved = [(cls, m, wrap_timed(cls, m, part, spent)) for part, (cls, names) in calls.items() for m in names]
     try:
         yield spent
     finally:
         for cls, method, original in saved:
             setattr(cls, method, original)
-
-
-def _timer(method, part: str, spent: dict[str, float]):
-    def timed(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            spent[part] += time.perf_counter() - t
-
-    return timed
 
 
 def _frames(packed: bytes) -> bytes:

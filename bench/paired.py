@@ -71,26 +71,29 @@ def codec_for(mods: dict, level: str, size: int, **overrides):
     return mods["codec"].Codec(settings, model)
 
 
+def wrap_timed(obj, name: str, key: str, parts: dict[str, float]):
+    """Replace `obj`'s attribute `name` (a method of an object or of a class) by a call that adds its
+    seconds to parts[key]; returns what was there (to put back)."""
+    inner = getattr(obj, name)
+
+    def call(*a, **k):
+        began = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            parts[key] += time.perf_counter() - began
+
+    setattr(obj, name, call)
+    return inner
+
+
 def timed(codec, parts: dict[str, float]) -> None:
     """Wrap the codec's step parts so that their seconds add up in `parts`."""
-
-    def wrap(obj, name: str, key: str) -> None:
-        inner = getattr(obj, name)
-
-        def call(*a, **k):
-            began = time.perf_counter()
-            try:
-                return inner(*a, **k)
-            finally:
-                parts[key] += time.perf_counter() - began
-
-        setattr(obj, name, call)
-
     predictor = codec.predictor
     for name in ("prepare", "mix", "learn"):
-        wrap(predictor.experts, name, f"experts.{name}")
+        wrap_timed(predictor.experts, name, f"experts.{name}", parts)
     for name in ("forward", "adapt"):
-        wrap(predictor.net, name, f"network.{name}")
+        wrap_timed(predictor.net, name, f"network.{name}", parts)
 
 
 def main() -> int:
