@@ -211,7 +211,11 @@ class ExactMLSTM(CarriedState):
 
     def refresh_side(self) -> None:
         """Round the side weights' master (sparse M, LoRA factors) into their forward and backward copies."""
-        if len(self.side_master):
+        if len(self.side_master) and self.compiled:  # both copies in one compiled pass
+            (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
+            master, fw, bw = numpy_views(self.side_master, self.side_f, self.side_b)
+            step_kernels.round_weights(master, sf, uf, fw, sb, ub, bw)
+        elif len(self.side_master):
             rounded(self.side_master, FW, self.side_f)
             rounded(self.side_master, FB, self.side_b)
         if self.out_lora:

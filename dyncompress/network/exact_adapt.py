@@ -69,6 +69,33 @@ def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 POW_SETTLED = (Fraction(1, 1 << 1120), Fraction(1, 1 << 64))
 
 
+class DyadicPower:
+    """beta^t for a float beta, exactly, as the integers n / 2^e (a float is m / 2^k, so its powers
+    are m^t / 2^(k t)): a step is one multiplication of integers, where a `Fraction` would also
+    reduce by a greatest common divisor of numbers thousands of bits long."""
+
+    def __init__(self, beta: float) -> None:
+        m, d = beta.as_integer_ratio()  # (d a power of two)
+        self.m, self.k = m, d.bit_length() - 1
+        self.n, self.e = 1, 0
+
+    def step(self) -> None:
+        self.n *= self.m
+        self.e += self.k
+
+    def under(self, bound: Fraction) -> bool:
+        """beta^t < bound, for a bound 1 / 2^j: n < 2^(e - j) (0 included)."""
+        return self.n == 0 or self.n.bit_length() <= self.e - (bound.denominator.bit_length() - 1)
+
+    def complement(self) -> tuple[int, int]:
+        """1 - beta^t as (numerator, e): (2^e - n) / 2^e."""
+        return (1 << self.e) - self.n, self.e
+
+    @property
+    def value(self) -> Fraction:
+        return Fraction(self.n, 1 << self.e)
+
+
 class ExactAdapter:
     """The update rules of `adapt.Adapter` on the master weights (float64 integers, units 2^-32),
     every step exact or a single IEEE operation (correctly rounded, hence the same everywhere).
@@ -119,22 +146,36 @@ class ExactAdapter:
         self.reset()
 
     def _decay_rates(self, rms: torch.Tensor) -> torch.Tensor:
-        """D_i = min(decay * rms_i / mean(rms), 1) for float64 integers rms_i >= 0 (< 2^49 in sum)."""
+        """D_i = min(decay * rms_i / mean(rms), 1) for float64 integers rms_i >= 0 (< 2^49 in sum):
+        rms_i to 10 significant bits (of the largest), the factor to 6."""
         top = float(rms.max())
-        if top == 0:
-            return torch.zeros_like(rms)
-        shift = max(0, int(top).bit_length() - 10)
-        rq = torch.mul(rms, 2.0**-shift).floor_()  # 10 significant bits
-        total = int(rq.sum())  # exact: integers below 2^53
-        if total == 0:
-            return torch.zeros_like(rms)
-        scale = significant(Fraction(self.s.decay) * len(rq) / total, 6)
-        return rq.mul_(scale).clamp_(max=1.0)
+        unit = self._decay_unit(top)
+        rq = torch.mul(rms, unit).floor_()
+        return rq.mul_(self._decay_scale(top, int(rq.sum()), len(rq))).clamp_(max=1.0)
+
+    @staticmethod
+    def _decay_unit(top: float) -> float:
+        """The power of two that leaves the largest rms with 10 significant bits (at most)."""
+        return 2.0 ** -max(0, int(top).bit_length() - 10)
+
+    def _decay_scale(self, top: float, total: int, n: int) -> float:
+        """decay * n / total to 6 significant bits: what multiplies the rounded rms (0 for none)."""
+        if top == 0 or total == 0:
+            return 0.0
+        return significant(Fraction(self.s.decay) * n / total, 6)
 
     def reset(self) -> None:
         self.steps = 0
         self.v = self.m = self._rms = None
-        self.b1_pow = self.b2_pow = Fraction(1)
+        self.p1, self.p2 = DyadicPower(self.s.beta1), DyadicPower(self.s.beta2)
+
+    @property
+    def b1_pow(self) -> Fraction:
+        return self.p1.value
+
+    @property
+    def b2_pow(self) -> Fraction:
+        return self.p2.value
 
     def state_dict(self) -> dict:
         if self.v is None:
@@ -152,16 +193,14 @@ class ExactAdapter:
             self.steps = int(state["step"])
             for _ in range(self.steps):
                 self._next_powers()
-                if self.b1_pow < POW_SETTLED[0] and self.b2_pow < POW_SETTLED[1]:
+                if self.p1.under(POW_SETTLED[0]) and self.p2.under(POW_SETTLED[1]):
                     break  # (settled, or 0: no further step changes them)
 
     def _next_powers(self) -> None:
         """beta1^t and beta2^t one step on, exact, until each is settled (`POW_SETTLED`)."""
-        s = self.s
-        if not 0 < self.b1_pow < POW_SETTLED[0]:
-            self.b1_pow *= Fraction(s.beta1)
-        if not 0 < self.b2_pow < POW_SETTLED[1]:
-            self.b2_pow *= Fraction(s.beta2)
+        for power, bound in zip((self.p1, self.p2), POW_SETTLED, strict=True):
+            if power.n == 0 or not power.under(bound):  # (not 0 < beta^t < bound)
+                power.step()
 
     @torch.no_grad()
     def update(self, grad: torch.Tensor, count: int, gain: int = 1) -> None:
@@ -195,6 +234,13 @@ class ExactAdapter:
             theta.sub_(torch.mul(g, self._rates(c), out=work).round_())
         else:
             self._stream_step(g, significant(scale / 16, 22))
+        if compiled and decay and self.D is None:  # the rates made in the settling pass
+            rms = self._rms.numpy()
+            top = kernels.top(rms)
+            unit = self._decay_unit(top)
+            scale = self._decay_scale(top, int(kernels.floor_sum(rms, unit)), len(rms))
+            kernels.settle_rates(*numpy_views(theta, self.theta0), rms, unit, scale, self.limit)
+            return
         D = (self.D if self.D is not None else self._decay_rates(self._rms)) if decay else None
         if compiled:
             kernels.settle(*numpy_views(theta, self.theta0, D if decay else theta), decay, self.limit)
@@ -271,14 +317,18 @@ class ExactAdapter:
         step = lr sqrt(c2) / c1 * m / (rms + eps sqrt(c2)), c = 1 - beta^t (units 2^-32, 2^-28), the
         rate times H / (H + t) with a half-life of H = rate_half steps (an exact fraction, floored)."""
         s = self.s
-        c1 = 1 - self.b1_pow if self.m is not None else Fraction(1)
-        sqrt_c2 = Fraction(math.isqrt(int((1 - self.b2_pow) * (1 << 60))), 1 << 30)
-        lr = Fraction(s.lr) * sqrt_c2 / c1 * (1 << FM)  # step in units 2^-32: < 2^26
+        # the same rationals as lr sqrt_c2 / c1 2^32 and eps sqrt_c2 2^28, floored, in integers:
+        # c1 = (2^e1 - n1) / 2^e1 (1 without momentum), 1 - beta2^t = c2 / 2^e2
+        c2, e2 = self.p2.complement()
+        root = math.isqrt((c2 << 60) >> e2)  # sqrt_c2 = root / 2^30
+        c1, e1 = self.p1.complement() if self.m is not None else (1, 0)
+        a, d = Fraction(s.lr).as_integer_ratio()
+        num, den = a * root << (e1 + FM), d * c1 << 30
         if s.rate_half:  # the rate's decay: lr H / (H + t) at the t-th step
-            lr = lr * s.rate_half / (s.rate_half + self.steps)
-        lr = math.floor(lr)
-        lr = float(min(lr, (1 << 26) - 1))
-        eps = float(max(1, math.floor(Fraction(s.eps) * sqrt_c2 * (1 << 28))))
+            num, den = num * s.rate_half, den * (s.rate_half + self.steps)
+        lr = float(min(num // den, (1 << 26) - 1))
+        a, d = Fraction(s.eps).as_integer_ratio()
+        eps = float(max(1, (a * root << 28) // (d << 30)))
         return lr, eps
 
     def _stream_step_torch(self, gm: torch.Tensor, lr: float, eps: float) -> None:

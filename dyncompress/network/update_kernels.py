@@ -102,6 +102,37 @@ def settle(master, theta0, D, decay, limit):
 
 
 @njit(cache=True)
+def top(x):
+    """max x (exact), 0 for none."""
+    big = 0.0
+    for i in range(x.shape[0]):
+        big = max(big, x[i])
+    return big
+
+
+@njit(cache=True)
+def floor_sum(x, unit):
+    """sum floor(x unit) for float64 integers x >= 0 and a power of two `unit` (integer sums below
+    2^53: exact in any order)."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        total += np.floor(x[i] * unit)
+    return total
+
+
+@njit(cache=True)
+def settle_rates(master, theta0, rms, unit, scale, limit):
+    """`settle` with decay, the rates made on the way (`exact.ExactAdapter._decay_rates`):
+    D_i = min(floor(rms_i unit) scale, 1), then master += round((theta0 - master) D);
+    clamp(master, +-limit)."""
+    for i in range(master.shape[0]):
+        d = min(np.floor(rms[i] * unit) * scale, 1.0)
+        t = master[i]
+        t += np.rint((theta0[i] - t) * d)
+        master[i] = min(max(t, -limit), limit)
+
+
+@njit(cache=True)
 def segment_costs(F, y, active, log2, freq_bits, log_frac, coded, bits):
     """A segment's coded frequencies and TLM's costs: for every step t and lane b in play
     (b < active[t]), coded[t, b] = F[t, b, y[t, b]] (0 elsewhere) and bits[b] sums its code length
