@@ -127,6 +127,9 @@ class ExactAdapter:
         self.limit = float(W_MAX << FM)
         self.R = self.D = None
         self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
+        # the stream step's momentum where it has none: an array of its own (a view of v would
+        # overlap v, and the compiled loop would then run one weight at a time, not in vectors)
+        self._no_m = torch.zeros(1, dtype=master.dtype)
         self.compiled = master.device.type == "cpu"  # the update as compiled passes (`update_kernels`)
         self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
         self.parts = 1  # runs of weights the compiled passes are split into, one per thread (`split`)
@@ -306,7 +309,7 @@ class ExactAdapter:
         self._next_powers()
         lr, eps = self._corrections()
         if self.compiled:
-            m = self.m if self.m is not None else self.v[:1]
+            m = self.m if self.m is not None else self._no_m
             arrays = numpy_views(self.master, self.v, m, self._rms, g)
             kernels.stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
         else:

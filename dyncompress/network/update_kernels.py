@@ -23,7 +23,7 @@ from dyncompress.network.int_kernels import floor_log2
 GM_BOUND = float(1 << 26)  # |mean gradient| <= 1/4 per parameter (units 2^-28)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # (no check for a zero divisor: den >= eps >= 1)
 def stream_step(master, v, m, rms, g, c, b2, one_b2, b1, one_b1, use_m, lr, eps):
     """For every weight i: gm = clamp(round(g c)); v = round(v b2) + round(gm^2 (1 - b2));
     with momentum m = round(m b1) + round(gm (1 - b1)); rms = floor(sqrt(v));
