@@ -127,9 +127,10 @@ class ExactAdapter:
         self.limit = float(W_MAX << FM)
         self.R = self.D = None
         self.work = torch.empty_like(master)  # scratch (a fresh vector per step costs page faults)
-        # the stream step's momentum where it has none: an array of its own (a view of v would
-        # overlap v, and the compiled loop would then run one weight at a time, not in vectors)
-        self._no_m = torch.zeros(1, dtype=master.dtype)
+        # what a compiled pass is handed for an array it does not read (the stream step's momentum
+        # where it has none, the rates where nothing decays): an array of its own, since a view of
+        # one it writes would overlap it, and the loop would then run a weight at a time, not in vectors
+        self._unread = torch.zeros(1, dtype=master.dtype)
         self.compiled = master.device.type == "cpu"  # the update as compiled passes (`update_kernels`)
         self._rc, self._rates_for = None, None  # R_i c, and the c it was made for
         self.parts = 1  # runs of weights the compiled passes are split into, one per thread (`split`)
@@ -246,7 +247,7 @@ class ExactAdapter:
             return
         D = (self.D if self.D is not None else self._decay_rates(self._rms)) if decay else None
         if compiled:
-            kernels.settle(*numpy_views(theta, self.theta0, D if decay else theta), decay, self.limit)
+            kernels.settle(*numpy_views(theta, self.theta0, D if decay else self._unread), decay, self.limit)
             return
         if decay:
             theta.add_(torch.sub(self.theta0, theta, out=work).mul_(D).round_())
@@ -309,7 +310,7 @@ class ExactAdapter:
         self._next_powers()
         lr, eps = self._corrections()
         if self.compiled:
-            m = self.m if self.m is not None else self._no_m
+            m = self.m if self.m is not None else self._unread
             arrays = numpy_views(self.master, self.v, m, self._rms, g)
             kernels.stream_step(*arrays, c, s.beta2, 1 - s.beta2, s.beta1, 1 - s.beta1, self.m is not None, lr, eps)
         else:
