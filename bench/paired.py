@@ -1,7 +1,7 @@
 """Two versions' coding speed in one process, block by block in turn: a paired comparison that the
 machine's drift (these machines slow down for minutes at a time) cannot bias.
 
-    python bench/paired.py OLD_TREE FILE [--size 1000000] [--block 50000] [--level default|fast|N]
+    python bench/paired.py OLD_TREE FILE [--size 1000000] [--block 50000] [--level default|fast|N] [--model NAME]
 
 OLD_TREE is a source tree of the other version (`git worktree add /tmp/old f395982`). Its package is
 copied under another name (`dyncompress_old`, in a temporary folder) so that both import side by
@@ -61,9 +61,11 @@ def new_modules() -> dict:
     return {role: importlib.import_module(f"dyncompress.{name}") for role, name in LAYOUTS["folders"].items()}
 
 
-def codec_for(mods: dict, level: str, size: int, **overrides):
-    """A codec of this version for `size` bytes at `level` ("default", "fast" or a level number)."""
-    model = None if level == "fast" else mods["model"].find(mods["settings"].DEFAULT_MODEL)
+def codec_for(mods: dict, level: str, size: int, model_name: str | None = None, **overrides):
+    """A codec of this version for `size` bytes at `level` ("default", "fast" or a level number), from
+    the model `model_name` (None: the default model)."""
+    name = model_name or mods["settings"].DEFAULT_MODEL
+    model = None if level == "fast" else mods["model"].find(name)
     knobs = (
         {"hidden": 0, "engine": "bytes"} if level == "fast" else {"level": None if level == "default" else int(level)}
     )
@@ -103,6 +105,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--block", type=int, default=50_000)
     ap.add_argument("--level", default="default", help="default, fast, or a level number")
+    ap.add_argument("--model", help="the model to start from (default: the default model, whatever the level)")
     a = ap.parse_args()
     os.environ.setdefault("DYNCOMPRESS_COMPILE_AHEAD", "0")
     data = Path(a.file).read_bytes()[: a.size]
@@ -110,13 +113,13 @@ def main() -> int:
         layout, old = import_old(a.old, tmp)
         new = new_modules()
         versions = {"old": old, "new": new}
-        codecs = {name: codec_for(mods, a.level, len(data)) for name, mods in versions.items()}
+        codecs = {name: codec_for(mods, a.level, len(data), a.model) for name, mods in versions.items()}
         warm = data[: a.block]  # each version compiles (or loads) its kernels before the timing
         versions["old"]["codec"].encode_block(codecs["old"], warm)
         new["split"]._started_by, new["split"]._usable = old["split"]._started_by, old["split"]._usable
         versions["new"]["codec"].encode_block(codecs["new"], warm)
         for mods in versions.values():  # and the kernels of one thread (where a chooser tries it)
-            mods["codec"].encode_block(codec_for(mods, a.level, len(data), threads=1), warm[:2000])
+            mods["codec"].encode_block(codec_for(mods, a.level, len(data), a.model, threads=1), warm[:2000])
         s = codecs["new"].s
         print(f"{a.level} level: {s.lanes} lanes, {s.threads} threads; old tree {a.old} ({layout} layout)")
         parts = {name: collections.defaultdict(float) for name in versions}
