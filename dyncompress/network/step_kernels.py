@@ -253,8 +253,8 @@ def _put(out, b, i, alpha, add, v0, v1, v2, v3):
 def matmul_nt(x, W, out, alpha, add):
     """out = alpha x W^T (+ out if `add`) for x (B, K), W (N, K) (float32 or float64), out (B, N),
     alpha a power of two: dot products along W's contiguous rows, in blocks of four lanes by four
-    rows (then two lanes, then one; the last N mod 4 rows one by one), so that each load of W
-    serves four lanes and each load of x four rows. Exact in any order of the sums (reassociated, fused): every
+    rows (then three lanes, or two, then one; the last N mod 4 rows one by one), so that each load
+    of W serves four lanes and each load of x four rows. Exact in any order of the sums (reassociated, fused): every
     product and partial sum is a representable multiple of the units' product (the bounds of
     `exact`), and float32 weights are read exactly as float64."""
     B, K = x.shape
@@ -283,6 +283,27 @@ def matmul_nt(x, W, out, alpha, add):
             for k, v in enumerate((a0, a1, a2, a3)):
                 out[b + k, i] = alpha * v + (out[b + k, i] if add else 0.0)
         b += 4
+    if B - b == 3:  # (three lanes in one pass over W, not two: a run of 3, 5, 6 or 7 lanes ends so)
+        for i in range(0, n4, 4):
+            a0 = a1 = a2 = c0 = c1 = c2 = d0 = d1 = d2 = e0 = e1 = e2 = 0.0
+            for j in range(K):
+                w, v, u, s = _column4(W, i, j)
+                x0, x1, x2 = x[b, j], x[b + 1, j], x[b + 2, j]
+                a0, a1, a2 = a0 + x0 * w, a1 + x1 * w, a2 + x2 * w
+                c0, c1, c2 = c0 + x0 * v, c1 + x1 * v, c2 + x2 * v
+                d0, d1, d2 = d0 + x0 * u, d1 + x1 * u, d2 + x2 * u
+                e0, e1, e2 = e0 + x0 * s, e1 + x1 * s, e2 + x2 * s
+            _put(out, b, i, alpha, add, a0, c0, d0, e0)
+            _put(out, b + 1, i, alpha, add, a1, c1, d1, e1)
+            _put(out, b + 2, i, alpha, add, a2, c2, d2, e2)
+        for i in range(n4, N):
+            a0 = a1 = a2 = 0.0
+            for j in range(K):
+                w = np.float64(W[i, j])
+                a0, a1, a2 = a0 + x[b, j] * w, a1 + x[b + 1, j] * w, a2 + x[b + 2, j] * w
+            for k, v in enumerate((a0, a1, a2)):
+                out[b + k, i] = alpha * v + (out[b + k, i] if add else 0.0)
+        b += 3
     if b + 2 <= B:
         for i in range(0, n4, 4):
             a0 = a1 = c0 = c1 = d0 = d1 = e0 = e1 = 0.0
