@@ -57,10 +57,9 @@ def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model)
     data = (spanish * 3)[:AUTO_MIN]  # (AUTO_MIN or more: probed)
     foreign = language_model(FOREIGN_MODEL)
     theta, ms = foreign.theta.clone(), foreign.ms.clone()
-    packed = compress(data, threads=1)
+    packed = compress(data, threads=1)  # (its decode: test_payload's "foreign", the same bytes)
     assert header_of(packed)["settings"]["mix"]["prior"] == FOREIGN_PRIOR != DEFAULT_PRIOR
     assert header_of(packed)["model"]["name"] == FOREIGN_MODEL
-    assert decompress(packed) == data
     # the foreign model is loaded once and a coding does not change it
     assert language_model(FOREIGN_MODEL) is foreign
     assert torch.equal(foreign.theta, theta) and torch.equal(foreign.ms, ms)
