@@ -39,6 +39,10 @@ from dyncompress.network.fixed import (
 )
 from dyncompress.network.mlstm import CarriedState, unflatten
 
+# the compiled roundings' (scale, unit) of the forward's and the backward's copies: rint(master scale) unit
+# is `rounded(master, FW)` and `rounded(master, FB)` (`step_kernels.round_weights`, `matrix_copies`)
+COPY_SCALES = ((2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB))
+
 
 def rounded(master: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
     """Master weights (integers, units 2^-32) -> multiples of 2^-bits (values), into `out`."""
@@ -188,7 +192,7 @@ class ExactMLSTM(CarriedState):
         matmuls, costs more in rounding them than it saves.)"""
         n = self.w_in_size
         if self.compiled:  # the same values as the calls below, in one pass over the master
-            (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
+            (sf, uf), (sb, ub) = COPY_SCALES
             master, inputs, fw, bw = numpy_views(self.master, self.inputs.view(-1), self.fw, self.bw)
             runs = (self.parts,) if self.parts > 1 else ()  # in runs of weights, one per thread (`split`)
             round_in = step_kernels.round_weights_parts if runs else step_kernels.round_weights
@@ -212,7 +216,7 @@ class ExactMLSTM(CarriedState):
     def refresh_side(self) -> None:
         """Round the side weights' master (sparse M, LoRA factors) into their forward and backward copies."""
         if len(self.side_master) and self.compiled:  # both copies in one compiled pass
-            (sf, uf), (sb, ub) = (2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB)
+            (sf, uf), (sb, ub) = COPY_SCALES
             master, fw, bw = numpy_views(self.side_master, self.side_f, self.side_b)
             step_kernels.round_weights(master, sf, uf, fw, sb, ub, bw)
         elif len(self.side_master):
