@@ -354,6 +354,20 @@ def test_the_bias_corrections_settle_without_changing_a_step(lr, half):
     assert (again.b1_pow, again.b2_pow) == (ex.b1_pow, ex.b2_pow)
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.5, 0.9, 0.99])
+def test_the_powers_kept_as_integers_are_the_fractions(beta):
+    """`DyadicPower` holds beta^t as n / 2^e: the same number as the fraction multiplied t times, and
+    below a bound 1 / 2^j exactly when the fraction is (0 included), around where it crosses."""
+    bounds = exact_adapt.POW_SETTLED
+    power, want = exact_adapt.DyadicPower(beta), Fraction(1)
+    for t in range(1, 4500):
+        power.step()
+        want *= Fraction(beta)
+        if t < 12 or t % 97 == 0 or t in (1120, 1121, 4414, 4415):
+            assert power.value == want and power.complement() == ((1 << power.e) - power.n, power.e)
+            assert [power.under(b) for b in bounds] == [want < b for b in bounds], t
+
+
 # (rule, calibrated MS_g, knobs): the stream rule with and without momentum and decay, the
 # calibrated rules, sgd
 COMPILED_RULES = [
