@@ -58,9 +58,9 @@ def floor_div_(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return q
 
 
-# The bias corrections' powers beta1^t and beta2^t are exact fractions, which grow by 53 bits a step
-# (at 20,000 segments a step cost 2 ms in them, and rising). Below these bounds they no longer change
-# a bit of the step, so they stop there (`ExactAdapter._next_powers`):
+# The bias corrections' powers beta1^t and beta2^t are exact (`DyadicPower`), and grow by 53 bits a
+# step. Below these bounds they no longer change a bit of the step, so they stop there
+# (`ExactAdapter._next_powers`):
 # - beta2^t = p: int((1 - p) 2^60) is 2^60 - 1 for every 0 < p < 2^-60;
 # - beta1^t = p: floor(K / (1 - p)), with K = lr sqrt_c2 2^32 a multiple of 2^-1072 (lr a double,
 #   sqrt_c2 a multiple of 2^-30), is floor(K) for every 0 < p < 2^-1120 where K < 2^26 (K p / (1 - p)
@@ -152,19 +152,19 @@ class ExactAdapter:
     def _decay_rates(self, rms: torch.Tensor) -> torch.Tensor:
         """D_i = min(decay * rms_i / mean(rms), 1) for float64 integers rms_i >= 0 (< 2^49 in sum):
         rms_i to 10 significant bits (of the largest), the factor to 6."""
-        top = float(rms.max())
-        unit = self._decay_unit(top)
+        unit = self._decay_unit(float(rms.max()))
         rq = torch.mul(rms, unit).floor_()
-        return rq.mul_(self._decay_scale(top, int(rq.sum()), len(rq))).clamp_(max=1.0)
+        return rq.mul_(self._decay_scale(int(rq.sum()), len(rq))).clamp_(max=1.0)
 
     @staticmethod
     def _decay_unit(top: float) -> float:
         """The power of two that leaves the largest rms with 10 significant bits (at most)."""
         return 2.0 ** -max(0, int(top).bit_length() - 10)
 
-    def _decay_scale(self, top: float, total: int, n: int) -> float:
-        """decay * n / total to 6 significant bits: what multiplies the rounded rms (0 for none)."""
-        if top == 0 or total == 0:
+    def _decay_scale(self, total: int, n: int) -> float:
+        """decay * n / total to 6 significant bits, for `total` the sum of the n rounded rms: what
+        multiplies each of them (0 where they are all 0)."""
+        if total == 0:
             return 0.0
         return significant(Fraction(self.s.decay) * n / total, 6)
 
@@ -240,9 +240,8 @@ class ExactAdapter:
             self._stream_step(g, significant(scale / 16, 22))
         if compiled and decay and self.D is None:  # the rates made in the settling pass
             rms = self._rms.numpy()
-            top = kernels.top(rms)
-            unit = self._decay_unit(top)
-            scale = self._decay_scale(top, int(kernels.floor_sum(rms, unit)), len(rms))
+            unit = self._decay_unit(kernels.top(rms))
+            scale = self._decay_scale(int(kernels.floor_sum(rms, unit)), len(rms))
             kernels.settle_rates(*numpy_views(theta, self.theta0), rms, unit, scale, self.limit)
             return
         D = (self.D if self.D is not None else self._decay_rates(self._rms)) if decay else None
