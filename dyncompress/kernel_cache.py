@@ -23,7 +23,7 @@ import os
 
 from numba.core import caching
 
-# the modules numba caches kernels of (cache=True), by path in the package: the network's three,
+# the modules numba caches kernels of (cache=True), by path in the package: the network's four,
 # every module of the experts package but its Python side (`mix`, `__init__`), the bitwise engine's
 EXPERT_KERNELS = tuple(
     sorted(
@@ -34,6 +34,7 @@ EXPERT_KERNELS = tuple(
 )
 BITWISE_KERNELS = ("coder", "engine", "tree")  # the bitwise engine's (`tables` has none)
 KERNEL_FILES = (
+    "network/dot16.py",
     "network/int_kernels.py",
     "network/step_kernels.py",
     "network/update_kernels.py",

@@ -29,7 +29,11 @@ from dyncompress.format.container import (
     read_frames,
 )
 
-META = {"settings": {"hidden": 8, "lanes": 2, "block_size": 64}, "fingerprint": "0123456789abcdef", "model": None}
+META = {
+    "settings": {"hidden": 8, "lanes": 2, "block_size": 64, "step16": True},
+    "fingerprint": "0123456789abcdef",
+    "model": None,
+}
 
 
 def test_header_round_trip_and_streaming():
@@ -55,9 +59,9 @@ def test_the_settings_record_is_deflated_and_checked():
     hundreds. A body that is not exactly one deflate stream is refused, even with a good CRC."""
     dictionary = META_DICT
     meta = json.loads(dictionary[dictionary.rindex(b'{"fingerprint"') :])  # the record it was made from
-    meta["fingerprint"], meta["settings"]["lanes"] = "fedcba9876543210", 3
+    meta["fingerprint"], meta["settings"]["lanes"], meta["settings"]["step16"] = "fedcba9876543210", 3, True
     packed = pack_header(meta)
-    assert packed == _deflated_header(meta, VERSION) and len(packed) < 60 < 800 < len(dictionary)
+    assert packed == _deflated_header(meta, VERSION) and len(packed) < 72 < 800 < len(dictionary)
     read, end = parse_header(packed)
     assert end == len(packed) and read == {**meta, "format": VERSION}  # (nothing filled in: the record as written)
     body = packed[14:-4]

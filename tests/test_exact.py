@@ -14,7 +14,7 @@ import torch
 
 from conftest import corpus, split_started
 from dyncompress.config.settings import AdaptSettings
-from dyncompress.network import exact_adapt, fixed
+from dyncompress.network import dot16, exact_adapt, fixed
 from dyncompress.network.exact import ExactMLSTM, to_master
 from dyncompress.network.exact_adapt import ExactAdapter
 from dyncompress.network.fixed import FREQ_TOTAL, frequencies
@@ -245,6 +245,90 @@ def test_the_compiled_step_and_backward_are_the_torch_calls_bit_for_bit(scale, l
     compiled.backward(steps, tokens, mask, weighted=True)
     calls.backward(steps, tokens, mask, weighted=True)
     assert torch.equal(compiled.grad, calls.grad)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("K,N", [(16, 4), (64, 256), (512, 2048)])
+def test_the_16_bit_products_are_the_float_products_to_their_bounds(lanes, K, N):
+    """`dot16.matmul16` (vpmaddwd where the CPU has it) and its plain loop give the float kernel's
+    numbers for inputs at their bound (|x| <= 2^12, the extremes among them) and rows of weights whose
+    sum |w| 2^12 is just below 2^31, where an int32 partial sum is at its largest; `fits` draws that
+    line exactly."""
+    from dyncompress.network.exact import X16_MAX
+    from dyncompress.network.step_kernels import matmul_nt
+
+    rng = np.random.default_rng(K + lanes)
+    x = rng.integers(-X16_MAX, X16_MAX + 1, (lanes, K)).astype(np.int16)
+    x[0], x[-1] = X16_MAX, -X16_MAX  # lanes at the bound (one lane: the last wins)
+    W = rng.integers(-8192, 8193, (N, K)).astype(np.int16)
+    limit = (dot16.SUM_LIMIT - 1) // X16_MAX  # the largest sum |w| that fits
+    total = min(limit, K * 8192)  # (|w| <= 2^13: a short row cannot reach it)
+    q, r = divmod(total, K)
+    W[0] = q  # every product of row 0 with lane 0 (or the last) of one sign: partial sums at their largest
+    W[0, :r] += 1
+    W[1] = -W[0]
+    for row in W[2:]:  # the other rows brought under the limit
+        size = int(np.abs(row.astype(np.int64)).sum())
+        if size > limit:
+            row[:] = np.trunc(row * (limit / size))  # (toward zero: the sum stays under)
+    assert dot16.fits(W, X16_MAX)
+    if total == limit:
+        over = W.copy()
+        over[0, -1] += 1
+        assert not dot16.fits(over, X16_MAX)
+    start = rng.integers(-(2**20), 2**20, (lanes, N)).astype(np.float64)
+    want = start.copy()
+    matmul_nt(x.astype(np.float64), W.astype(np.float32), want, 2.0**-6, np.bool_(True))
+    assert want[-1, 0] - start[-1, 0] == int(x[-1, 0]) * total * 2.0**-6  # (|.| = sum |w| 2^12)
+    for kernel in (dot16.matmul16, dot16._matmul16_plain):
+        got = start.copy()
+        kernel(x, W, got, 2.0**-6, np.bool_(True))
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("scale,lanes,parts,rank", [(0.5, 4, 1, 0), (0.5, 7, 2, 8), (0.5, 3, 1, 0), (1000.0, 5, 2, 0)])
+def test_the_16_bit_step_is_the_torch_calls_and_the_float_kernels_bit_for_bit(scale, lanes, parts, rank, monkeypatch):
+    """With step16 (format 6's 16-bit step) the compiled step's products run in int16 (`dot16`) where
+    the weights fit it: the same integers in every buffer as the torch calls (a GPU's way) and as the
+    float kernels (a CPU without AVX2), on real text with LoRA on W_out or none, the lanes whole or
+    split; weights too large for int32 sums (all at their bound) take the float kernels. And step16 is used:
+    its logits are not those of the step at format 2's resolution."""
+    steps, on = 16, ("w_out",) if rank else ()
+    master = to_master((init_params(SHAPE, 3) * scale).clamp(-fixed.W_MAX, fixed.W_MAX))
+    make = lambda **kw: ExactMLSTM(SHAPE, master.clone(), lanes, steps, lora=rank, lora_on=on, seed=4, **kw)  # noqa: E731
+    narrow = make(step16=True)
+    if parts > 1:
+        split_started()
+    narrow.parts = parts
+    narrow.refresh()
+    calls = make(step16=True, compiled=False)
+    wide = make()
+    with monkeypatch.context() as m:
+        m.setattr(dot16, "HAVE_PMADDWD", False)
+        floats = make(step16=True)
+    assert narrow.fast and floats.fast and not floats.use16
+    assert narrow.use16 == (dot16.HAVE_PMADDWD and scale < 1)
+    nets = (narrow, calls, floats, wide)
+    if rank:  # factors away from their start (B is zero there)
+        side = np.random.default_rng(6).integers(-(2**26), 2**26, len(narrow.side_master)).astype(np.float64)
+        for net in nets:
+            net.side_master.copy_(torch.from_numpy(side))
+            net.refresh_side()
+    rng = np.random.default_rng(5)  # a carried state from anywhere in its range
+    h0 = torch.from_numpy(rng.integers(-fixed.A, fixed.A + 1, (lanes, SHAPE.hidden)).astype(np.float64))
+    for net in nets:
+        net.HS[0] = h0
+    tokens, prev, differs = _tokens(lanes, steps), torch.zeros(lanes, dtype=torch.long), False
+    for t in range(steps):
+        got = narrow.step(prev, t)
+        assert torch.equal(got, calls.step(prev, t)) and torch.equal(got, floats.step(prev, t)), t
+        differs |= not torch.equal(got, wide.step(prev, t))
+        prev = tokens[t]
+    for name in ("HS", "CS", "Z", "M", "HM", "TC"):
+        assert torch.equal(getattr(narrow, name), getattr(calls, name)), name
+        assert torch.equal(getattr(narrow, name), getattr(floats, name)), name
+    assert float(narrow.M.remainder(2.0**fixed.M16).abs().max()) == 0  # m at multiples of 2^-6
+    assert differs
 
 
 @pytest.mark.parametrize("lanes,parts,rank", [(4, 1, 8), (3, 1, 4), (8, 2, 16), (5, 3, 8)])

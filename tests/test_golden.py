@@ -13,7 +13,8 @@ format1/NAME.dc was written by dyncompress 0.2.0 (float32, format 1). This versi
 format 1: it must say so in one line naming the release that does, and write nothing.
 
 format6/NAME.dc, the 0.4 line's format (`tools/golden_files.py ... --format 6`), decodes and is
-reproduced in this process (the bitwise engine, the fast level's statistics, online mode).
+reproduced in this process (the bitwise engine, the fast level's statistics, online mode, the default
+model's 16-bit step).
 """
 
 import json
@@ -26,6 +27,7 @@ import pytest
 import torch
 
 import dyncompress
+from dyncompress.api import resolve_model
 from conftest import run_cli
 from dyncompress.config.settings import Settings
 from dyncompress.format.container import VERSION, FormatError, parse_header
@@ -155,14 +157,17 @@ def test_format6_golden_file_decodes_exactly_and_is_reproduced(name):
     source = (GOLDEN / "format6" / f"{name}.src").read_bytes()
     assert dyncompress.decompress(packed) == source
     meta, end = parse_header(packed)
-    assert meta["format"] == 6 and meta["model"] is None
-    again = dyncompress.compress(source, model=None, settings=Settings.from_dict(meta["settings"]))
+    assert meta["format"] == 6
+    model = resolve_model(meta["model"]["name"]) if meta["model"] else None
+    again = dyncompress.compress(source, model=model, settings=Settings.from_dict(meta["settings"]))
     meta2, end2 = parse_header(again)
     assert {**meta2, "platform": None} == {**meta, "platform": None}
     assert again[end2:] == packed[end:]
 
 
 def test_format6_golden_files_are_there():
-    assert {"bits-frames", "fast-bytes", "online-experts"} <= set(FORMAT6)
+    assert {"bits-frames", "fast-bytes", "online-experts", "model-step16"} <= set(FORMAT6)
     meta, _ = parse_header((GOLDEN / "format6" / "bits-frames.dc").read_bytes())
     assert meta["settings"]["engine"] == "bits"
+    meta, _ = parse_header((GOLDEN / "format6" / "model-step16.dc").read_bytes())
+    assert meta["settings"]["step16"] and meta["settings"]["adapt"]["lora_on"] == "w_out"

@@ -1,7 +1,7 @@
 """Write golden .dc files with the dyncompress that is importable (run once per released format).
 
     python tools/golden_files.py tests/golden/format2
-    python tools/golden_files.py tests/golden/format6 --format 6
+    python tools/golden_files.py tests/golden/format6 --format 6 [--only NAME,...]
 
 Format 6 is the format of the 0.4 development line: until 0.4 is released its files are written
 anew when a change alters the coded bits on purpose (as `tests/golden/payloads.json` is), and from
@@ -56,12 +56,15 @@ CASES6 = {
     # the fast level's byte statistics (no network), and online mode with the experts
     "fast-bytes": (CORPUS("fields.c")[:3000], dict(model=None, hidden=0, engine="bytes", device="cpu")),
     "online-experts": (CORPUS("quijote_8k.txt")[:2000], dict(model=None, hidden=16, lanes=2, device="cpu")),
+    # the default model at the default level: LoRA on W_out, the step in 16-bit integers (step16)
+    "model-step16": (CORPUS("grammar.lsp"), dict(lanes=2, device="cpu")),
 }
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    cases = CASES6 if sys.argv[2:] == ["--format", "6"] else CASES
-    for name, (data, settings) in cases.items():
+    cases = CASES6 if sys.argv[2:4] == ["--format", "6"] else CASES
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(cases)
+    for name, (data, settings) in ((k, v) for k, v in cases.items() if k in only):
         packed = dyncompress.compress(data, **settings)
         assert dyncompress.decompress(packed) == data
         (out / f"{name}.src").write_bytes(data)

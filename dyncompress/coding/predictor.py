@@ -103,7 +103,7 @@ class MLSTMPredictor:
             raise ValueError(FROZEN_NEEDS_MODEL)
         self.net = ExactMLSTM(
             settings.shape, self.theta, settings.lanes, settings.segment_len,
-            rule.sparse, rule.lora, rule.lora_names, settings.seed,
+            rule.sparse, rule.lora, rule.lora_names, settings.seed, step16=settings.step16,
         )  # fmt: skip
         self.side_start = self.net.side_master.clone()
         if rule.rule == "static":

@@ -7,6 +7,7 @@ all call it; nothing else decides a setting.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dyncompress.config.settings import (
@@ -313,4 +314,8 @@ def make_settings(
         if PRIOR_KINDS.get(prior, kinds) != kinds:  # (made with another kinds set: the one before it)
             prior = NARROWER[prior]
         overrides["prior"] = prior if MIX_PRIORS[prior] == experts else ""
-    return apply_overrides(base, {**overrides, "device": device})
+    chosen = apply_overrides(base, {**overrides, "device": device})
+    if settings is None and model is not None and "step16" not in overrides:
+        # a model's matrices that stay as trained step in 16-bit integers (format 7)
+        chosen = replace(chosen, step16=chosen.adapt.fixed_matrices)
+    return chosen

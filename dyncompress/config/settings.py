@@ -116,6 +116,11 @@ class AdaptSettings:
         """The network's own weights stay as trained: only side weights (sparse M, LoRA factors) adapt."""
         return bool(self.sparse or self.lora)
 
+    @property
+    def fixed_matrices(self) -> bool:
+        """The network's matrices do not change while coding: nothing adapts, or side weights alone."""
+        return self.rule == "static" or self.frozen
+
 
 # Every expert this version knows (`experts.mix.MODULES`), by the name `--experts` takes; a new one
 # comes last. The levels run DEFAULT_EXPERTS, spelled out: an expert that joins EXPERTS changes no
@@ -233,6 +238,10 @@ class Settings:
     # ENGINES; "bits" sizes its hash table, ring and match table by mix's table_bits, history_bits and
     # match_bits (2^table_bits slots of 16 bytes), and reads no other field of mix (format 6)
     engine: str = "bytes"
+    # The network's step in 16-bit integers (format 7; `exact.ExactMLSTM`'s step16): its matrices'
+    # forward copies at 2^-10 and m at 2^-6. For matrices that stay as trained while coding (rule
+    # static, or side weights adapting): a pretrained model's levels (`levels.make_settings`).
+    step16: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -256,6 +265,10 @@ class Settings:
             (self.device in DEVICES, f"unknown device {self.device!r} (cpu or cuda)"),
             (self.adapt.sparse <= self.hidden, f"the sparse matrix must be at most the hidden size ({self.hidden})"),
             (self.adapt.lora <= self.hidden, f"the LoRA rank must be at most the hidden size ({self.hidden})"),
+            (
+                not self.step16 or (self.hidden and self.adapt.fixed_matrices),
+                "the 16-bit step needs a network whose matrices stay as they are (rule static, sparse or LoRA)",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from dyncompress.errors import DyncompressError
 
 MAGIC = b"\x89DYNC\r\n\x1a"  # binary marker, then catches CRLF and ^Z mangling like PNG's
-# 6: the engine named (bytes or bits); 5: experts mixed with the network (0.4); 2: exact arithmetic
+# 6: the engine named (bytes or bits), and the network's 16-bit step (`Settings.step16`, which the 0.4
+# line's headers before it lack: false); 5: experts mixed with the network (0.4); 2: exact arithmetic
 # (0.3); 1: float32 (0.1, 0.2)
 VERSION = 6
 READS = (2, 5, 6)  # the formats this version decodes
@@ -186,6 +187,7 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[dic
                 settings["adapt"].setdefault(key, off)
         if version < 6:  # coded a byte at a time: the one engine there was
             settings.setdefault("engine", "bytes")
+        settings.setdefault("step16", False)  # (the network's step in the arithmetic of format 2)
     meta["format"] = version
     return meta, end
 

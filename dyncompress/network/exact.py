@@ -13,7 +13,7 @@ import torch
 
 from dyncompress.config.settings import LORA_MATRICES, MAX_BATCH, MAX_HIDDEN
 from dyncompress.config.shape import ALPHABET, MLSTMShape
-from dyncompress.network import step_kernels
+from dyncompress.network import dot16, step_kernels
 from dyncompress.network.fixed import (
     BACKWARD_MATRICES,
     C_MAX,
@@ -27,7 +27,9 @@ from dyncompress.network.fixed import (
     FREQ_TOTAL,
     FS,
     FW,
+    FW16,
     GRAD_MAX,
+    M16,
     M_MAX,
     P_MAX,
     W_MAX,
@@ -42,6 +44,9 @@ from dyncompress.network.mlstm import CarriedState, unflatten
 # the compiled roundings' (scale, unit) of the forward's and the backward's copies: rint(master scale) unit
 # is `rounded(master, FW)` and `rounded(master, FB)` (`step_kernels.round_weights`, `matrix_copies`)
 COPY_SCALES = ((2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB))
+# the same for the forward copies of the matrices with step16
+COPY_SCALE16 = (2.0 ** (FW16 - FM), 2.0**-FW16)
+X16_MAX = int(max(A, M_MAX * A / 2**M16))  # |h| and |m / m_unit| at most: what a row of weights must fit (`dot16.fits`)
 
 
 def rounded(master: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
@@ -55,6 +60,11 @@ class ExactMLSTM(CarriedState):
 
     `master` is the int64 master copy of the weights (units 2^-32); `refresh()` rounds it into the
     forward and backward copies the kernels read (call it after every change of `master`).
+
+    `step16` (format 7, for matrices that stay as trained): the forward copies of W_mh, W_m and W_out
+    at multiples of 2^-10 and m at multiples of 2^-6, so that the step's products are products of
+    16-bit integers (`dot16`; on the CPU, where they fit). Coarser than the network needs, the
+    trained models code the same to a few bytes in a hundred thousand (docs/lab/notebook.md).
     """
 
     def __init__(
@@ -68,6 +78,7 @@ class ExactMLSTM(CarriedState):
         lora_on: tuple[str, ...] = (),
         seed: int = 0,
         compiled: bool | None = None,
+        step16: bool = False,
     ) -> None:
         H, n, B = shape.hidden, max_steps, batch
         if H > MAX_HIDDEN:
@@ -75,6 +86,8 @@ class ExactMLSTM(CarriedState):
         if B * n > MAX_BATCH:
             raise ValueError(f"lanes x segment length {B * n} > {MAX_BATCH}: the exact gradient sums allow no more")
         self.shape, self.master, self.H = shape, master, H
+        self.step16 = step16
+        self.m_unit = 2.0**M16 if step16 else 1.0  # m's rounding unit (in units of 2^-12)
         dev = master.device
         f64 = dict(device=dev, dtype=torch.float64)
         sig, tanh, _ = checked_tables()
@@ -161,6 +174,11 @@ class ExactMLSTM(CarriedState):
                 *self.w_t32.values(), self.w["b_out"],
             )  # fmt: skip
             self.np_back = numpy_views(*self.wb32.values())
+            # step16 on a CPU with the instruction: the forward matrices as int16 too, for `dot16`
+            # (`refresh` says whether they fit it)
+            narrow = step16 and dot16.HAVE_PMADDWD and H % dot16.WIDTH == 0
+            self.w16 = {k: np.zeros(v.shape if narrow else (0, 0), dtype=np.int16) for k, v in self.w_t32.items()}
+            self.use16 = False
             # what `refresh` reads and writes: the master's views, the copies' arrays
             self.np_master = dict(zip(self.w, numpy_views(*unflatten(shape, master).values()), strict=True))
             self.np_fw, self.np_bw = (
@@ -198,8 +216,19 @@ class ExactMLSTM(CarriedState):
             round_in = step_kernels.round_weights_parts if runs else step_kernels.round_weights
             copies = step_kernels.matrix_copies_parts if runs else step_kernels.matrix_copies
             round_in(master[:n], sf, uf, inputs, sb, ub, bw[:0], *runs)
+            scale16, unit16 = COPY_SCALE16 if self.step16 else (sf, uf)
             for k in FORWARD_MATRICES:
-                copies(self.np_master[k], sf, uf, self.np_t32[k], sb, ub, self.np_b32[k], *runs)
+                copies(self.np_master[k], scale16, unit16, self.np_t32[k], sb, ub, self.np_b32[k], *runs)
+            fits = True
+            for k, w16 in self.w16.items():  # (in the integers of 2^-10; exact)
+                if len(w16):
+                    np.multiply(self.np_t32[k], 2.0**FW16, out=w16, casting="unsafe")
+                    fits = fits and dot16.fits(w16, X16_MAX)
+            use16 = fits and len(self.w16["w_m"]) > 0
+            if use16 != self.use16:
+                self.use16 = use16
+                for made in ("step_records", "scratch16"):  # (made again for the copies they now use)
+                    self.__dict__.pop(made, None)
             if self.fast:
                 for k in ("b", "b_out"):
                     step_kernels.round_weights(self.np_master[k], sf, uf, self.np_fw[k], sb, ub, self.np_bw[k])
@@ -209,6 +238,10 @@ class ExactMLSTM(CarriedState):
             rounded(self.master[:n], FW, self.inputs.view(-1))
             rounded(self.master[n:], FW, self.fw[n:])
             rounded(self.master[n:], FB, self.bw[n:])
+            if self.step16:
+                master = unflatten(self.shape, self.master)
+                for k in FORWARD_MATRICES:
+                    rounded(master[k], FW16, self.w[k])
         self.inputs[:, self.H :].add_(self.w["b"])  # |.| <= 16: exact
         torch.add(self.gate_off, self.inputs[:, self.H :], alpha=A / 4, out=self.gate_in)
         self.refresh_side()
@@ -234,7 +267,7 @@ class ExactMLSTM(CarriedState):
         x, exm, hm, m, gates, c0, c1, tc, h1, h0 = self.np_views[t]
         gz = self.np_const[2]
         logits = np.empty((len(x), ALPHABET))
-        lanes = (inputs, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, self.np_LP[t])
+        lanes = (inputs, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, self.np_LP[t], *self.scratch16)
         weights, consts = self.step_records
         if self.parts > 1:
             step_kernels.forward_parts(self.parts, lanes, weights, consts)
@@ -250,11 +283,20 @@ class ExactMLSTM(CarriedState):
         gates' index bounds and table, m's and c's bounds, c's table scale, the tanh table's offset
         and bounds, the output bias's scale and the LoRA product's bound."""
         table_in, gate_in, _, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
-        weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t)
+        none = np.zeros((0, 0), dtype=np.int16)
+        w16 = [self.w16[k] if self.use16 else none for k in FORWARD_MATRICES]
+        weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t, *w16)
         consts = (
             lo, hi, table, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A, P_MAX,
+            self.m_unit, 2.0**-FW16,
         )  # fmt: skip
         return weights, consts
+
+    @functools.cached_property
+    def scratch16(self) -> tuple[np.ndarray, np.ndarray]:
+        """The step's int16 copies of h and of m / m_unit (B, H) for `dot16` (no rows without it)."""
+        rows = self.IN.shape[1] if self.use16 else 0
+        return np.zeros((rows, self.H), dtype=np.int16), np.zeros((rows, self.H), dtype=np.int16)
 
     def record_array(self, t: int, freqs: np.ndarray) -> None:
         """`record` where `fast`."""
@@ -282,12 +324,19 @@ class ExactMLSTM(CarriedState):
         # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
         # clamped to the table and rounded half up by the truncation (all exact)
         if self.compiled:  # the same as the calls below, in one pass
-            step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A)
+            none = np.zeros((0, self.H), dtype=np.int16)
+            step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A, self.m_unit, none)
             step_kernels.matmul_nt(m_, w_m, gz_, 2.0 ** (FI - FA), True)
             gz = self.GZ
         else:
             hm.round_()
-            torch.mul(exm, hm, out=m).round_().clamp_(-M_MAX * A, M_MAX * A)
+            m = torch.mul(exm, hm, out=m)
+            if self.step16:
+                m.mul_(1 / self.m_unit)
+            m.round_()
+            if self.step16:
+                m.mul_(self.m_unit)
+            m.clamp_(-M_MAX * A, M_MAX * A)
             gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ)
             gz.addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
         if self.lora_m:  # + 2^-2 round(m A) B (|m A| < 2^51 units of 2^-20: exact)

@@ -49,6 +49,11 @@ FA = 12  # activations
 A = float(1 << FA)
 FS = 16  # sigmoid outputs
 FW = 20  # forward weights
+# With `Settings.step16` (matrices that stay as trained while coding): their forward copies at 2^-FW16,
+# and m at multiples of 2^M16 units (2^-6): 16-bit integers both (|w| <= 2^13, |m| <= 2^12 of those
+# units), for `dot16.matmul16`
+FW16 = 10
+M16 = 6
 FB = 16  # backward weights
 FM = 32  # master weights (float64 integers)
 G = 16  # gradients

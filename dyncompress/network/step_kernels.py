@@ -26,13 +26,17 @@ import numpy as np
 from numba import njit, prange
 
 from dyncompress import kernel_cache  # noqa: F401  (before any kernel is made: its cache stamp, all kernel sources)
+from dyncompress.network.dot16 import matmul16
 
 
 @njit(cache=True)
-def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound):
+def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound, m_unit, m16):
     """Per lane b, with x = prev[b]: exm = W_mx[x] (the first H columns of `inputs`); hm rounded;
-    m = clamp(round(exm hm), +-m_bound); gz = gate_in[x] (the gates' indices before the m W_m term)."""
+    m = clamp(m_unit round(exm hm / m_unit), +-m_bound) (m_unit a power of two: 1, or 2^M16 with
+    step16), and with m16 given (rows: as m's) m / m_unit as int16 too; gz = gate_in[x] (the gates'
+    indices before the m W_m term)."""
     B, H = hm.shape
+    inverse = 1.0 / m_unit
     for b in range(B):
         x = prev[b]
         for j in range(H):
@@ -40,9 +44,20 @@ def mult_gates_in(prev, inputs, gate_in, hm, exm, m, gz, m_bound):
             r = np.rint(hm[b, j])
             hm[b, j] = r
             exm[b, j] = e
-            m[b, j] = min(max(np.rint(e * r), -m_bound), m_bound)
+            m[b, j] = min(max(np.rint(e * r * inverse) * m_unit, -m_bound), m_bound)
+        if m16.shape[0]:
+            for j in range(H):
+                m16[b, j] = np.int16(m[b, j] * inverse)
         for j in range(gz.shape[1]):
             gz[b, j] = gate_in[x, j]
+
+
+@njit(cache=True)
+def as_int16(v, out):
+    """out = v (B, H) as int16 (v's values integers below 2^15)."""
+    for b in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            out[b, j] = np.int16(v[b, j])
 
 
 @njit(cache=True)
@@ -51,7 +66,7 @@ def cell(gz, consts, c0, gates, c1, tc, h1):
     truncated): gates i, f, o, u = table[index]; c1 = clamp(round(f c0 + i u), +-c_bound);
     tc = table[trunc(clamp(tanh_off + c_scale c1, tanh_lo, tanh_hi))]; h1 = round(o tc).
     consts: `forward`'s."""
-    gate_lo, gate_hi, table, _, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi, _, _ = consts
+    gate_lo, gate_hi, table, _, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi = consts[:9]
     B, H = c0.shape
     for b in range(B):
         for j in range(4 * H):
@@ -69,28 +84,43 @@ def cell(gz, consts, c0, gates, c1, tc, h1):
 def forward(lanes, weights, consts):
     """The whole step without side weights but LoRA on W_out (`exact.ExactMLSTM.step_array`), in one
     call: x = given (the bytes), hm = h0 W_mh, `mult_gates_in`, gz += 2^-2 m W_m, `cell`, and the
-    logits a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`); with LoRA factors A, B
+    logits a_scale b_out + h1 W_out (the matrices transposed, `matmul_nt`; with 16-bit copies of
+    them given, `dot16.matmul16` on h and m as int16, the same numbers); with LoRA factors A, B
     (given transposed; none: zero rows), lora_p = clamp(round(h1 A), +-p_bound) and the logits
     gain lora_p B. The records:
 
-        lanes    (given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p): every lane's
-                 row of each (B, ...), what `forward_parts` cuts into runs of lanes
-        weights  (inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t)
+        lanes    (given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p, h16, m16): every
+                 lane's row of each (B, ...), what `forward_parts` cuts into runs of lanes (h16, m16:
+                 int16 scratch, no rows without the 16-bit copies)
+        weights  (inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t, w_mh16, w_m16,
+                 w_out16): the last three the matrices as int16 multiples of unit16 (none: no rows)
         consts   (gate_lo, gate_hi, table, m_bound, c_bound, c_scale, tanh_off, tanh_lo, tanh_hi,
-                 a_scale, p_bound)"""
-    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p = lanes
-    inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t = weights
-    _, _, _, m_bound, _, c_scale, _, _, _, a_scale, p_bound = consts
+                 a_scale, p_bound, m_unit, unit16)"""
+    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p, h16, m16 = lanes
+    inputs, gate_in, w_mh_t, w_m_t, w_out_t, b_out, lora_a_t, lora_b_t, w_mh16, w_m16, w_out16 = weights
+    _, _, _, m_bound, _, c_scale, _, _, _, a_scale, p_bound, m_unit, unit16 = consts
+    narrow = w_m16.shape[0] > 0
     for b in range(x.shape[0]):
         x[b] = given[b]
-    matmul_nt(h0, w_mh_t, hm, 1.0, np.bool_(False))
-    mult_gates_in(x, inputs, gate_in, hm, exm, m, gz, m_bound)
-    matmul_nt(m, w_m_t, gz, c_scale, np.bool_(True))
+    if narrow:
+        as_int16(h0, h16)
+        matmul16(h16, w_mh16, hm, unit16, np.bool_(False))
+    else:
+        matmul_nt(h0, w_mh_t, hm, 1.0, np.bool_(False))
+    mult_gates_in(x, inputs, gate_in, hm, exm, m, gz, m_bound, m_unit, m16)
+    if narrow:
+        matmul16(m16, w_m16, gz, c_scale * m_unit * unit16, np.bool_(True))
+    else:
+        matmul_nt(m, w_m_t, gz, c_scale, np.bool_(True))
     cell(gz, consts, c0, gates, c1, tc, h1)
     for b in range(logits.shape[0]):
         for j in range(logits.shape[1]):
             logits[b, j] = a_scale * b_out[j]
-    matmul_nt(h1, w_out_t, logits, 1.0, np.bool_(True))
+    if narrow:
+        as_int16(h1, h16)
+        matmul16(h16, w_out16, logits, unit16, np.bool_(True))
+    else:
+        matmul_nt(h1, w_out_t, logits, 1.0, np.bool_(True))
     if lora_a_t.shape[0]:
         matmul_nt(h1, lora_a_t, lora_p, 1.0, np.bool_(False))
         for b in range(lora_p.shape[0]):
@@ -102,10 +132,10 @@ def forward(lanes, weights, consts):
 @njit(cache=True)
 def forward_lanes(lanes, weights, consts, lo, hi):
     """`forward` of lanes lo ... hi - 1 (every record of `lanes` cut to their rows)."""
-    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p = lanes
+    given, x, h0, hm, exm, m, gz, c0, gates, c1, tc, h1, logits, lora_p, h16, m16 = lanes
     rows = (
         given[lo:hi], x[lo:hi], h0[lo:hi], hm[lo:hi], exm[lo:hi], m[lo:hi], gz[lo:hi], c0[lo:hi], gates[lo:hi],
-        c1[lo:hi], tc[lo:hi], h1[lo:hi], logits[lo:hi], lora_p[lo:hi],
+        c1[lo:hi], tc[lo:hi], h1[lo:hi], logits[lo:hi], lora_p[lo:hi], h16[lo:hi], m16[lo:hi],
     )  # fmt: skip
     forward(rows, weights, consts)
 
