@@ -27,8 +27,8 @@ import pytest
 import torch
 
 import dyncompress
-from dyncompress.api import resolve_model
 from conftest import run_cli
+from dyncompress.api import resolve_model
 from dyncompress.config.settings import Settings
 from dyncompress.format.container import VERSION, FormatError, parse_header
 
