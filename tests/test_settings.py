@@ -79,3 +79,21 @@ def test_overrides_size_hint_and_explicit_settings():
         make_settings(given, level=3)
     with pytest.raises(TypeError, match="unknown setting"):
         make_settings(level=1, device="cpu", colour="blue")
+
+
+def test_a_models_levels_step_in_16_bits_where_its_matrices_stay_as_trained():
+    """step16 (the 16-bit step) is set for a pretrained model's levels, whose matrices stay as trained
+    (static, or side weights adapting), and for no other coding; a setting that asks for it where the
+    matrices change is refused."""
+    from dyncompress.config.model import find
+
+    model = find("enwiki-h256")
+    for level in range(1, 10):
+        assert make_settings(level=level, model=model, device="cpu").step16, level
+    assert make_settings(model=model, device="cpu", sparse=32).step16
+    assert not make_settings(model=model, device="cpu", rule="rms-decay").step16  # the whole network adapts
+    assert not make_settings(level=6, device="cpu").step16  # online mode
+    assert not make_settings(hidden=0, device="cpu").step16  # no network
+    with pytest.raises(ValueError, match="16-bit step"):
+        apply_overrides(Settings(hidden=64), {"rule": "rms", "step16": True})
+    assert apply_overrides(Settings(hidden=64), {"rule": "static", "step16": True}).step16

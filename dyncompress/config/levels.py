@@ -316,6 +316,6 @@ def make_settings(
         overrides["prior"] = prior if MIX_PRIORS[prior] == experts else ""
     chosen = apply_overrides(base, {**overrides, "device": device})
     if settings is None and model is not None and "step16" not in overrides:
-        # a model's matrices that stay as trained step in 16-bit integers (format 7)
+        # a model's matrices that stay as trained step in 16-bit integers
         chosen = replace(chosen, step16=chosen.adapt.fixed_matrices)
     return chosen

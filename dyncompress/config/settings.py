@@ -238,7 +238,7 @@ class Settings:
     # ENGINES; "bits" sizes its hash table, ring and match table by mix's table_bits, history_bits and
     # match_bits (2^table_bits slots of 16 bytes), and reads no other field of mix (format 6)
     engine: str = "bytes"
-    # The network's step in 16-bit integers (format 7; `exact.ExactMLSTM`'s step16): its matrices'
+    # The network's step in 16-bit integers (`exact.ExactMLSTM`'s step16; headers before it lack it): its matrices'
     # forward copies at 2^-10 and m at 2^-6. For matrices that stay as trained while coding (rule
     # static, or side weights adapting): a pretrained model's levels (`levels.make_settings`).
     step16: bool = False

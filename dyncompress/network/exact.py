@@ -47,6 +47,7 @@ COPY_SCALES = ((2.0 ** (FW - FM), 2.0**-FW), (2.0 ** (FB - FM), 2.0**-FB))
 # the same for the forward copies of the matrices with step16
 COPY_SCALE16 = (2.0 ** (FW16 - FM), 2.0**-FW16)
 X16_MAX = int(max(A, M_MAX * A / 2**M16))  # |h| and |m / m_unit| at most: what a row of weights must fit (`dot16.fits`)
+NO16 = np.zeros((0, 0), dtype=np.int16)  # no 16-bit copy (`step_kernels.forward`, `mult_gates_in`)
 
 
 def rounded(master: torch.Tensor, bits: int, out: torch.Tensor) -> torch.Tensor:
@@ -61,7 +62,7 @@ class ExactMLSTM(CarriedState):
     `master` is the int64 master copy of the weights (units 2^-32); `refresh()` rounds it into the
     forward and backward copies the kernels read (call it after every change of `master`).
 
-    `step16` (format 7, for matrices that stay as trained): the forward copies of W_mh, W_m and W_out
+    `step16` (for matrices that stay as trained while coding): the forward copies of W_mh, W_m and W_out
     at multiples of 2^-10 and m at multiples of 2^-6, so that the step's products are products of
     16-bit integers (`dot16`; on the CPU, where they fit). Coarser than the network needs, the
     trained models code the same to a few bytes in a hundred thousand (docs/lab/notebook.md).
@@ -283,8 +284,7 @@ class ExactMLSTM(CarriedState):
         gates' index bounds and table, m's and c's bounds, c's table scale, the tanh table's offset
         and bounds, the output bias's scale and the LoRA product's bound."""
         table_in, gate_in, _, lo, hi, table, w_mh, w_m, w_out, b_out = self.np_const
-        none = np.zeros((0, 0), dtype=np.int16)
-        w16 = [self.w16[k] if self.use16 else none for k in FORWARD_MATRICES]
+        w16 = [self.w16[k] if self.use16 else NO16 for k in FORWARD_MATRICES]
         weights = (table_in, gate_in, w_mh, w_m, w_out, b_out, *self.lora_t, *w16)
         consts = (
             lo, hi, table, M_MAX * A, C_MAX * A, 2.0 ** (FI - FA), self.tanh_at, self.tanh_lo, self.tanh_hi, A, P_MAX,
@@ -324,8 +324,7 @@ class ExactMLSTM(CarriedState):
         # the gates' table indices: 2^-2 (W_x[x] + b + m W_m) (units 2^-12) plus the offsets,
         # clamped to the table and rounded half up by the truncation (all exact)
         if self.compiled:  # the same as the calls below, in one pass
-            none = np.zeros((0, self.H), dtype=np.int16)
-            step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A, self.m_unit, none)
+            step_kernels.mult_gates_in(x, inputs, gate_in, hm_, exm_, m_, gz_, M_MAX * A, self.m_unit, NO16)
             step_kernels.matmul_nt(m_, w_m, gz_, 2.0 ** (FI - FA), True)
             gz = self.GZ
         else:

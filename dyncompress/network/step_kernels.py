@@ -5,9 +5,10 @@ gradients in another (`backward`; with LoRA on W_out alone, `backward_out_lora`)
 they are made of, which the step with other side weights (sparse, LoRA elsewhere) calls one by
 one. Every matmul is a dot product along the rows of a float32 copy of the weights (`matmul_nt`;
 the forward's matrices are stored transposed for it), refreshed after each change of the weights
-(`round_weights`, `matrix_copies`). Compiled, because the same step as torch calls is some twenty
-calls, each dearer in dispatch than in arithmetic at a few lanes, and MKL's float64 matmuls are
-slow at a few rows.
+(`round_weights`, `matrix_copies`); with the 16-bit step (`exact.ExactMLSTM`'s step16) the
+whole step's three products run on int16 copies instead (`dot16.matmul16`), the same numbers.
+Compiled, because the same step as torch calls is some twenty calls, each dearer in dispatch than
+in arithmetic at a few lanes, and MKL's float64 matmuls are slow at a few rows.
 
 They compute what the torch calls compute (still used on other devices), bit for bit: every value
 is a float64 integer multiple of its unit and every product and sum is exact (its result is
