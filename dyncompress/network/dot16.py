@@ -6,7 +6,7 @@ product is summed in int32 and widened to int64 at the end. On x86 with AVX2 eac
 is one `vpmaddwd` (sixteen 16-bit products summed in pairs into eight 32-bit lanes), two to three
 times the float64 kernel's multiply-adds a second (`step_kernels.matmul_nt`) and half its bytes of
 weights to read; numba's loop vectorizer does not find that instruction itself, so the loop is
-written in LLVM's IR here (`_dot`). Elsewhere (no AVX2, `NUMBA_CPU_NAME=generic`) `matmul16` is a
+written in LLVM's IR here (`_make_dot`). Elsewhere (no AVX2, `NUMBA_CPU_NAME=generic`) `matmul16` is a
 plain loop with the same results (the step then keeps the float kernel: `HAVE_PMADDWD`).
 
 Exact: the products and every partial sum are integers, and int32 cannot overflow where every row of
