@@ -3,10 +3,10 @@
 
 out = alpha x W^T (+ out) for int16 x (B, K) and W (N, K), K a multiple of 16, N of 4: every dot
 product is summed in int32 and widened to int64 at the end. On x86 with AVX2 each pair of products
-is one `vpmaddwd` (sixteen 16-bit products summed in pairs into eight 32-bit lanes), two to three
-times the float64 kernel's multiply-adds a second (`step_kernels.matmul_nt`) and half its bytes of
-weights to read; numba's loop vectorizer does not find that instruction itself, so the loop is
-written in LLVM's IR here (`_make_dot`). Elsewhere (no AVX2, `NUMBA_CPU_NAME=generic`) `matmul16` is a
+is one `vpmaddwd` (sixteen 16-bit products summed in pairs into eight 32-bit lanes, where the float64
+kernel, `step_kernels.matmul_nt`, does four multiply-adds an instruction and reads twice the bytes of
+weights); numba's loop vectorizer does not emit that instruction, so the loop is written in LLVM's
+IR here (`_make_dot`). Elsewhere (no AVX2, `NUMBA_CPU_NAME=generic`) `matmul16` is a
 plain loop with the same results (the step then keeps the float kernel: `HAVE_PMADDWD`).
 
 Exact: the products and every partial sum are integers, and int32 cannot overflow where every row of

@@ -64,8 +64,8 @@ class ExactMLSTM(CarriedState):
 
     `step16` (for matrices that stay as trained while coding): the forward copies of W_mh, W_m and W_out
     at multiples of 2^-10 and m at multiples of 2^-6, so that the step's products are products of
-    16-bit integers (`dot16`; on the CPU, where they fit). Coarser than the network needs, the
-    trained models code the same to a few bytes in a hundred thousand (docs/lab/notebook.md).
+    16-bit integers (`dot16`; on the CPU, where they fit). Still finer than the trained models need
+    (what they code at each resolution: docs/lab/notebook.md).
     """
 
     def __init__(
@@ -330,11 +330,10 @@ class ExactMLSTM(CarriedState):
         else:
             hm.round_()
             m = torch.mul(exm, hm, out=m)
-            if self.step16:
-                m.mul_(1 / self.m_unit)
-            m.round_()
-            if self.step16:
-                m.mul_(self.m_unit)
+            if self.step16:  # to a multiple of m_unit
+                m.mul_(1 / self.m_unit).round_().mul_(self.m_unit)
+            else:
+                m.round_()
             m.clamp_(-M_MAX * A, M_MAX * A)
             gz = torch.index_select(self.gate_in, 0, prev, out=self.GZ)
             gz.addmm_(m, w["w_m"], alpha=2.0 ** (FI - FA))
