@@ -9,8 +9,9 @@ The encoder looks at the input's first PROBE_BYTES: Chinese or Japanese (`cjk_sh
 CJK_MODEL, another European language than English (`foreign_share`) FOREIGN_MODEL (with its mixer
 prior FOREIGN_PRIOR), the rest the default model. Then that model's network alone, as trained (no
 adaptation, no experts), codes those bytes in PROBE_LANES lanes: above ONLINE_ABOVE bits per byte
-the file is coded online (ONLINE). At LARGE_LEVELS the default model's place is LARGE_MODEL's, a
-larger network that learned the same text (`level_model`). Text called foreign is probed with the
+the file is coded online (ONLINE). At LARGE_LEVELS (the default level among them) the default
+model's place is LARGE_MODEL's, a larger network that learned the same text, for inputs of
+LARGE_MIN bytes or more (`level_model`). Text called foreign is probed with the
 English model too, which starts it where its probe is lower by ENGLISH_AHEAD (English that cites
 foreign names; the larger model also knows some of the novels). CJK_MODEL learned manuals and
 documentation; it starts only the text it knows that well (at most CJK_KNOWN bits per byte), adapted
@@ -33,6 +34,7 @@ from dyncompress.config.levels import (
     DEFAULT_MODEL,
     FOREIGN_MODEL,
     LARGE_LEVELS,
+    LARGE_MIN,
     LARGE_MODEL,
     MODEL_LEVELS,
     ONLINE_PRIOR,
@@ -99,7 +101,7 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     """(the model, or None for online mode; the settings that go with it over `knobs`; the probe's
     bits per byte, None where there was no probe) for an input of `size` bytes (None: not known)
     that starts with `sample`. `model`: DEFAULT_MODEL, or the model a batch of files starts from."""
-    model = level_model(model, knobs)
+    model = level_model(model, size, knobs)
     if not considered(size, knobs) or not sample:
         return model, {}, None
     language = "cjk" if cjk_share(sample) > CJK_SHARE else "foreign" if foreign_share(sample) > FOREIGN_SHARE else ""
@@ -121,10 +123,12 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     return model, chosen_prior(FOREIGN_PRIOR if language == "foreign" else "", knobs), bits
 
 
-def level_model(model: Model, knobs: dict) -> Model:
-    """LARGE_MODEL in DEFAULT_MODEL's place at LARGE_LEVELS (where it is installed), whatever the
-    input's size: the level chose it; else `model`. `knobs`: the settings asked for."""
-    if model.name == DEFAULT_MODEL and (knobs.get("level") or DEFAULT_LEVEL) in LARGE_LEVELS:
+def level_model(model: Model, size: int | None, knobs: dict) -> Model:
+    """LARGE_MODEL in DEFAULT_MODEL's place at LARGE_LEVELS (where it is installed) for an input of
+    `size` bytes, at least LARGE_MIN or not known yet: the level chose it, not the probe; else
+    `model`. `knobs`: the settings asked for."""
+    level = knobs.get("level") or DEFAULT_LEVEL
+    if model.name == DEFAULT_MODEL and level in LARGE_LEVELS and (size is None or size >= LARGE_MIN):
         return language_model(LARGE_MODEL) or model
     return model
 

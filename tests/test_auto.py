@@ -25,7 +25,7 @@ from dyncompress.auto import (
 )
 from dyncompress.cli.batch import encode_plan
 from dyncompress.cli.peers import round_trip
-from dyncompress.config.levels import DEFAULT_MODEL, DEFAULT_PRIOR, LARGE_LEVELS
+from dyncompress.config.levels import DEFAULT_LEVEL, DEFAULT_MODEL, DEFAULT_PRIOR, LARGE_LEVELS, LARGE_MIN
 from dyncompress.config.settings import Settings
 from dyncompress.format.container import parse_header
 
@@ -38,7 +38,7 @@ def header_of(packed: bytes) -> dict:
 
 
 def test_the_probe_keeps_the_model_for_text_and_chooses_online_for_object_code(model):
-    start, online, bits = choose_start(model, TEXT, len(TEXT), {})
+    start, online, bits = choose_start(model, TEXT, len(TEXT), {"level": 5})
     assert start is model and online == {} and 1.5 < bits < 3.0  # English: what it learned
     start, online, bits = choose_start(model, OBJ1, len(OBJ1), {})
     assert start is None and online == ONLINE and bits > ONLINE_ABOVE
@@ -51,7 +51,8 @@ def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model)
     assert foreign_share(spanish) > 0.01  # (accented letters)
     start, chosen, bits = choose_start(model, spanish, 100_000, {})
     assert start.name == FOREIGN_MODEL != model.name and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
-    assert choose_start(model, TEXT, len(TEXT), {})[:2] == (model, {})  # English (no byte >= 128): the default's
+    large = language_model(LARGE_MODEL)  # English (no byte >= 128): the default's
+    assert choose_start(model, TEXT, len(TEXT), {})[:2] == (large, {})
     for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose the prior
         assert choose_start(model, spanish, 100_000, knobs)[1] == {}
     data = (spanish * 3)[:AUTO_MIN]  # (AUTO_MIN or more: probed)
@@ -79,35 +80,41 @@ def test_without_the_foreign_model_installed_the_default_model_starts_every_text
     assert choose_start(model, corpus("hongloumeng_6k.txt"), 100_000, {})[:2] == (None, ONLINE)
 
 
-def test_the_upper_levels_start_english_from_the_large_model_and_decode(model):
-    """-7 ... -9 start what the default model would start from LARGE_MODEL, whatever the input's size
-    (the level chose it, not the probe); other languages keep their models, lower levels the default."""
+def test_the_default_level_and_above_start_english_from_the_large_model_and_decode(model):
+    """-6 (the default) ... -9 start what the default model would start from LARGE_MODEL, for inputs of
+    LARGE_MIN bytes or more whatever the probe says (the level chose it); other languages keep their
+    models, lower levels and smaller inputs the default model."""
     large = language_model(LARGE_MODEL)
     assert large is not None and large.shape.hidden > model.shape.hidden
-    assert LARGE_LEVELS == {7, 8, 9}
-    start, chosen, bits = choose_start(model, TEXT, len(TEXT), {"level": 7})
+    assert LARGE_LEVELS == {6, 7, 8, 9} and DEFAULT_LEVEL in LARGE_LEVELS
+    start, chosen, bits = choose_start(model, TEXT, len(TEXT), {})
     assert start is large and chosen == {} and bits < probe_bits(model, TEXT)  # it knows English better
-    assert choose_start(model, TEXT[:1000], 1000, {"level": 9}) == (large, {}, None)
-    assert choose_start(model, TEXT, len(TEXT), {"level": 6})[0] is model
-    assert choose_start(model, TEXT, len(TEXT), {})[0] is model  # (the default level)
+    assert choose_start(model, TEXT, len(TEXT), {"level": 5})[0] is model
+    assert choose_start(model, TEXT, len(TEXT), {"level": 9})[0] is large
+    # below AUTO_MIN (no probe) from LARGE_MIN on, and where the size is not known yet
+    assert choose_start(model, TEXT[:LARGE_MIN], LARGE_MIN, {"level": 9}) == (large, {}, None)
+    assert choose_start(model, TEXT[:LARGE_MIN], None, {"rule": "rms"}) == (large, {}, None)
+    assert choose_start(model, TEXT[:1000], LARGE_MIN - 1, {}) == (model, {}, None)
     # text with other languages' letters: the foreign model where its probe is the lower, else the large one
     spanish, wiki = corpus("quijote_8k.txt"), corpus("enwik8_3m_4k")  # (Wikipedia with foreign names)
     assert foreign_share(spanish) > 0.01 and foreign_share(wiki) > 0.01
     start, chosen, bits = choose_start(model, spanish, 100_000, {"level": 9})
     assert start.name == FOREIGN_MODEL and chosen == {"prior": FOREIGN_PRIOR} and bits < probe_bits(large, spanish)
-    start, chosen, bits = choose_start(model, wiki, 100_000, {"level": 7})
+    start, chosen, bits = choose_start(model, wiki, 100_000, {})
     assert start is large and chosen == {} and bits < probe_bits(language_model(FOREIGN_MODEL), wiki)
     assert choose_start(model, OBJ1, len(OBJ1), {"level": 9})[0] is None  # object code: online at -9 too
-    data = TEXT[:2000]
-    packed = compress(data, level=9, threads=1)
+    data = TEXT[:LARGE_MIN]
+    packed = compress(data, threads=1)
     assert header_of(packed)["model"]["name"] == LARGE_MODEL and decompress(packed) == data
+    assert header_of(compress(data[:-1], threads=1))["model"]["name"] == DEFAULT_MODEL
 
 
 def test_english_citing_foreign_names_starts_from_the_english_model_where_its_probe_is_clearly_lower(
     model, monkeypatch
 ):
     """Text with other languages' letters is probed with the foreign model and the English one; the
-    English model starts it where its probe is lower by ENGLISH_AHEAD (at the default level)."""
+    English model starts it where its probe is lower by ENGLISH_AHEAD (at -5, the default model; the
+    larger one at the default level: the test above)."""
     from dyncompress import auto
 
     wiki, spanish = corpus("enwik8_3m_4k"), corpus("quijote_8k.txt")
@@ -115,11 +122,12 @@ def test_english_citing_foreign_names_starts_from_the_english_model_where_its_pr
     assert foreign_share(wiki) > 0.01  # (Wikipedia citing Greek and Latin sources)
     english_bits, foreign_bits = probe_bits(model, wiki), probe_bits(foreign, wiki)
     assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[DEFAULT_MODEL]
-    assert choose_start(model, wiki, 100_000, {}) == (model, {}, english_bits)  # (the default's prior too)
-    assert choose_start(model, spanish, 100_000, {})[0] is foreign  # (Spanish: the foreign model's probe is far lower)
+    five = {"level": 5}
+    assert choose_start(model, wiki, 100_000, five) == (model, {}, english_bits)  # (the default's prior too)
+    assert choose_start(model, spanish, 100_000, five)[0] is foreign  # (Spanish: the foreign model's probe is lower)
     # a lead smaller than the margin leaves the text to the foreign model
     monkeypatch.setitem(auto.ENGLISH_AHEAD, DEFAULT_MODEL, foreign_bits - english_bits + 0.01)
-    assert choose_start(model, wiki, 100_000, {}) == (foreign, {"prior": FOREIGN_PRIOR}, foreign_bits)
+    assert choose_start(model, wiki, 100_000, five) == (foreign, {"prior": FOREIGN_PRIOR}, foreign_bits)
 
 
 @pytest.mark.parametrize("name", ["ja_manpages_6k.txt", "zh_manpages_6k.txt"])
@@ -169,18 +177,20 @@ def test_the_foreign_share_counts_other_languages_letters_not_english_typography
 
 
 @pytest.mark.parametrize(
-    "size, knobs",
+    "size, knobs, start",
     [
-        (AUTO_MIN - 1, {}),  # too small to gain
-        (None, {"level": 1}),  # -1 and -2 promise the model's speed
-        (None, {"level": 2}),
-        (None, {"rule": "rms"}),  # a knob of the model's adaptation: the model was asked for
-        (None, {"lr": 1e-4}),
-        (None, {"sparse": 64}),
+        (AUTO_MIN - 1, {}, LARGE_MODEL),  # too small to gain (the default level's model)
+        (AUTO_MIN - 1, {"level": 5}, DEFAULT_MODEL),
+        (None, {"level": 1}, DEFAULT_MODEL),  # -1 and -2 promise the model's speed
+        (None, {"level": 2}, DEFAULT_MODEL),
+        (None, {"rule": "rms", "level": 4}, DEFAULT_MODEL),  # a knob of the model's adaptation: the model was asked for
+        (None, {"lr": 1e-4}, LARGE_MODEL),
+        (None, {"sparse": 64}, LARGE_MODEL),
     ],
 )
-def test_no_probe_where_the_model_was_asked_for_or_nothing_would_gain(model, size, knobs):
-    assert choose_start(model, OBJ1, size, knobs) == (model, {}, None)
+def test_no_probe_where_the_model_was_asked_for_or_nothing_would_gain(model, size, knobs, start):
+    chosen, settings, bits = choose_start(model, OBJ1, size, knobs)
+    assert chosen.name == start and settings == {} and bits is None
 
 
 def test_object_code_is_coded_online_by_default_and_decodes_exactly(model):
@@ -197,7 +207,7 @@ def test_object_code_is_coded_online_by_default_and_decodes_exactly(model):
     assert len(packed) < len(compress(OBJ1, model=DEFAULT_MODEL, lanes=16))
     # English text keeps the model and its prior, and naming the model or online mode decides it
     english = header_of(compress(TEXT, lanes=16))
-    assert english["model"]["name"] == DEFAULT_MODEL and english["settings"]["mix"]["prior"] == DEFAULT_PRIOR
+    assert english["model"]["name"] == LARGE_MODEL and english["settings"]["mix"]["prior"] == DEFAULT_PRIOR
     assert header_of(compress(TEXT, model=None, lanes=16))["model"] is None
 
 

@@ -262,10 +262,10 @@ def test_cli_model_by_path_and_by_name(tiny, tmp_path):
     r = run_cli("models", env={"DYNCOMPRESS_MODELS": str(path.parent)})
     assert r.returncode == 0 and b"tiny: mLSTM hidden 24" in r.stdout and b"calibrated" in r.stdout
     # the shipped models beside it, each with its role
-    assert b"enwiki-h256 (default): " in r.stdout
+    assert b"enwiki-h256 (default at -1 ... -5 and for inputs under 8 kB): " in r.stdout
     assert b"multi-h256 (the default for other European languages): " in r.stdout
     assert b"cjk-h128 (the default for the Chinese and Japanese it knows): " in r.stdout
-    assert b"enwiki-h512 (the default from -7 on): " in r.stdout
+    assert b"enwiki-h512 (the default for English from -6 on): " in r.stdout
 
 
 def test_cli_train_and_calibrate(tmp_path):
@@ -360,7 +360,7 @@ def test_default_model_is_found_by_a_non_editable_install(tmp_path):
     where = run("-c", "import dyncompress; print(dyncompress.__file__)")
     assert where.stdout.decode().startswith(str(target))  # the installed copy, not the source tree
     r = run("-m", "dyncompress", "models")
-    assert r.returncode == 0 and f"{DEFAULT_MODEL} (default)".encode() in r.stdout
+    assert r.returncode == 0 and f"{DEFAULT_MODEL} (default at ".encode() in r.stdout
     # what a coding with the default model loads: the model, the mixer priors, the network's tables
     loads = """if True:
         import numpy as np

@@ -25,12 +25,12 @@ CORPORA = Path(__file__).resolve().parent.parent / "corpora"
 
 # name -> (file, bytes, the Python API's keyword arguments). Between them every way of coding: the
 # model's levels, --fast (both engines), --online, frames, the foreign model's start, online mode chosen by `auto`,
-# the larger model of -7 ... -9
+# the larger model of the default level and above (from `levels.LARGE_MIN` bytes)
 CASES: dict[str, tuple[str, int, dict]] = {
-    "default": ("alice29.txt", 8_000, {}),
+    "default": ("alice29.txt", 8_000, {}),  # (the default model, below `levels.LARGE_MIN`)
     "level1": ("alice29.txt", 8_000, {"level": 1}),
     "level9": ("alice29.txt", 8_000, {"level": 9, "model": "enwiki-h256"}),
-    "large": ("alice29.txt", 8_000, {"level": 7}),  # (`auto`'s larger model)
+    "large": ("alice29.txt", 8_192, {}),  # (`auto`'s larger model, from `levels.LARGE_MIN`)
     "fast": ("alice29.txt", 20_000, {"model": None, "hidden": 0, "engine": "bytes"}),
     "online": ("alice29.txt", 8_000, {"model": None}),
     "online-level1": ("enwik4", 10_000, {"model": None, "level": 1}),

@@ -63,6 +63,7 @@ from dyncompress.config.levels import (
     DEFAULT_MODEL,
     FOREIGN_MODEL,
     LARGE_LEVELS,
+    LARGE_MIN,
     LARGE_MODEL,
     MODEL_LEVELS,
     make_settings,
@@ -129,7 +130,8 @@ MODEL_HELP = (
     metavar="NAME|PATH",
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
-    f".dcm file [{DEFAULT_MODEL} ({LARGE_MODEL} from -{min(LARGE_LEVELS)}); {FOREIGN_MODEL} for other European "
+    f".dcm file [{LARGE_MODEL} ({DEFAULT_MODEL} below -{min(LARGE_LEVELS)} or {LARGE_MIN // 1024} kB); "
+    f"{FOREIGN_MODEL} for other European "
     f"languages, {CJK_MODEL} for the Chinese and Japanese it knows; online mode where none fits the input].",
 )
 @click.option(
@@ -215,8 +217,9 @@ def encode(
     """Compress FILES (each to FILE.dc; '-' or none: stdin to stdout).
 
     By default a shipped pretrained model starts the coding and adapts to each
-    file: enwiki-h256 for English (from -7 on enwiki-h512, twice the units:
-    smaller, slower), multi-h256 for other European languages (accented
+    file: enwiki-h512 for English (at -1 ... -5, and for inputs under 8 kB,
+    enwiki-h256: half the units, faster, larger files), multi-h256 for other
+    European languages (accented
     letters or Cyrillic), cjk-h128 for the Chinese and Japanese manuals and
     documentation it knows. An input of 16 kB or more unlike what the model
     learned (it codes the first 4 kB at more than 6.25 bits per byte: images,
@@ -231,10 +234,11 @@ def encode(
     \b
     -1, -2   the model as trained, no adaptation (32, 16 lanes): fastest
     -3 ... -9  rank-32 LoRA factors on the output matrix adapt after every
-             segment, the network as trained: 16 lanes (segments of 64,
-             then 32 bytes), 8 lanes (64, then 32: -6, the default);
-             -7 ... -9 the larger model (English) in 8, 4 and 1 lane:
-             smallest, slowest
+             segment, the network as trained: -3 ... -5 the smaller model
+             in 16 lanes (segments of 64, then 32 bytes), then 8 lanes
+             (64); -6, the default, the larger model (English) in 8 lanes
+             of segments of 32; -7 ... -9 it in 4, 2 and 1 lane: smallest,
+             slowest
     --rule R adapts the whole network instead (on some texts, such as old
     English verse, that codes smaller, at about half the speed).
 
@@ -566,10 +570,10 @@ def models(verbose):
         click.echo("no models installed (encode --online works without one)")
         return
     roles = {
-        DEFAULT_MODEL: " (default)",
+        DEFAULT_MODEL: f" (default at -1 ... -{min(LARGE_LEVELS) - 1} and for inputs under {LARGE_MIN // 1024} kB)",
         FOREIGN_MODEL: " (the default for other European languages)",
         CJK_MODEL: " (the default for the Chinese and Japanese it knows)",
-        LARGE_MODEL: f" (the default from -{min(LARGE_LEVELS)} on)",
+        LARGE_MODEL: f" (the default for English from -{min(LARGE_LEVELS)} on)",
     }
     for path in paths:
         try:

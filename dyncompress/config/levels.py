@@ -27,9 +27,14 @@ DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
 CJK_MODEL = "cjk-h128"  # the model `auto` starts the Chinese and Japanese text it knows from (`auto`)
 # The larger English model: `auto` starts what DEFAULT_MODEL would start from it at LARGE_LEVELS (where
-# it is installed). It codes smaller and slower (models/enwiki-h512.md): the levels that spend time on ratio.
+# it is installed), the default level among them. It codes smaller and slower (models/enwiki-h512.md);
+# -3 ... -5 keep DEFAULT_MODEL for their speed.
 LARGE_MODEL = "enwiki-h512"
-LARGE_LEVELS = frozenset({7, 8, 9})
+LARGE_LEVELS = frozenset({6, 7, 8, 9})
+# It starts inputs of this many bytes or more (or of a size not known yet): the larger network codes
+# an input's first kilobytes larger than DEFAULT_MODEL (it catches up between 2 and 8 kB of English),
+# and loads and steps at twice the cost.
+LARGE_MIN = 8 * 1024
 AUTO_MODEL = "auto"  # the default start: DEFAULT_MODEL, or online mode where it does not fit (`auto`)
 # The mixer prior a coding starts from (`settings.MIX_PRIORS`; `make_settings`):
 NARROWER = {"text5": "text4", "text6": "text4"}
@@ -66,10 +71,10 @@ DEFAULT_LEVEL = 6
 # Levels with a model (its hidden size is fixed): -1, -2 code with the model as trained (forward
 # only); -3 ... -9 adapt rank-32 LoRA factors on W_out alone (OUT_LORA: no pass back through the
 # steps, so a segment's update costs little), with fewer lanes (more gradient steps per lane, a
-# longer history for each lane's match model) and shorter segments as the level rises. -7 ... -9
-# start English from the larger model (LARGE_LEVELS), which buys more than fewer lanes do: -7 is
-# the default's lanes and segments with it. An explicit rule (--rule, eval's rows) adapts the whole
-# network.
+# longer history for each lane's match model) and shorter segments as the level rises. -6 ... -9
+# start English from the larger model (LARGE_LEVELS), which buys more than fewer lanes do: the
+# default is -5's lanes in shorter segments with it, -7 and -8 halve the lanes, -9 codes one lane
+# with twice the tables. An explicit rule (--rule, eval's rows) adapts the whole network.
 OUT_LORA = dict(lora=32, lora_on="w_out")
 MODEL_LEVELS: dict[int, dict] = {
     1: dict(rule="static", lanes=32, segment_len=16),
@@ -78,8 +83,8 @@ MODEL_LEVELS: dict[int, dict] = {
     4: dict(OUT_LORA, lanes=16, segment_len=32),
     5: dict(OUT_LORA, lanes=8, segment_len=64),
     6: dict(OUT_LORA, lanes=8, segment_len=32),
-    7: dict(OUT_LORA, lanes=8, segment_len=32),
-    8: dict(OUT_LORA, lanes=4, segment_len=32),
+    7: dict(OUT_LORA, lanes=4, segment_len=32),
+    8: dict(OUT_LORA, lanes=2, segment_len=32),
     9: dict(OUT_LORA, lanes=1, segment_len=32, table_bits=NINE_TABLE_BITS),
 }
 MODEL_DEFAULTS = dict(lanes=16, segment_len=16, rule="rms-decay", lr=1e-4, decay=1e-4, eps=1e-8)
