@@ -342,4 +342,4 @@ def test_fast_speed_is_said_in_the_same_words_in_help_and_readme():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     fast = next(p for p in encode.params if p.name == "fast")
     assert FAST_SPEED in fast.help and FAST_SPEED in " ".join(readme.split())
-    assert "about 12 times faster" in encode.help
+    assert "about 15 times faster" in encode.help

@@ -88,7 +88,7 @@ def main() -> None:
 
 
 # --fast's speed, the same words in --help and README.md (test_cli checks): bench/report.py, bench/speed.py
-FAST_SPEED = "about 12 times the default level's speed (enwik6 from the command line: 205 kB/s on one core)"
+FAST_SPEED = "about 15 times the default level's speed (enwik6 from the command line: 239 kB/s on one core)"
 D = Settings()
 MODEL_HELP = (
     "The model file to decode with, when the one the file names is not installed here "
@@ -240,12 +240,13 @@ def encode(
              of segments of 32; -7 ... -9 it in 4, 2 and 1 lane: smallest,
              slowest
     --rule R adapts the whole network instead (on some texts, such as old
-    English verse, that codes smaller, at about half the speed).
+    English verse, that codes smaller, at a fifth of the speed with the
+    larger model, half with the smaller).
 
     A small input gets fewer lanes (one per 40 kB), and the frames of a longer
     input three quarters of the level's. With --online the level picks the
     network's size instead. --fast codes without a network: the
-    bitwise context-mixing engine alone, about 12 times faster.
+    bitwise context-mixing engine alone, about 15 times faster.
     """
     opts = make_options(output, to_stdout, force, keep, remove, quiet, verbose)
     knobs = {k: v for k, v in knobs.items() if v is not None}
