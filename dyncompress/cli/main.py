@@ -219,9 +219,8 @@ def encode(
     By default a shipped pretrained model starts the coding and adapts to each
     file: enwiki-h512 for English (at -1 ... -5, and for inputs under 8 kB,
     enwiki-h256: half the units, faster, larger files), multi-h256 for other
-    European languages (accented
-    letters or Cyrillic), cjk-h128 for the Chinese and Japanese manuals and
-    documentation it knows. An input of 16 kB or more unlike what the model
+    European languages (accented letters or Cyrillic), cjk-h128 for the
+    Chinese and Japanese manuals and documentation it knows. An input of 16 kB or more unlike what the model
     learned (it codes the first 4 kB at more than 6.25 bits per byte: images,
     object code; Chinese and Japanese above 2.5 with cjk-h128, such as novels)
     is coded in online mode with a network of 128 units, which codes it

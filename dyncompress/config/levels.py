@@ -23,7 +23,9 @@ from dyncompress.config.settings import (
 if TYPE_CHECKING:
     from dyncompress.config.model import Model
 
-DEFAULT_MODEL = "enwiki-h256"  # the model `encode` uses unless told otherwise (an installed name)
+# The model `encode` starts from unless told otherwise (an installed name): `auto` puts LARGE_MODEL in
+# its place at LARGE_LEVELS, FOREIGN_MODEL, CJK_MODEL or online mode where the input asks for them.
+DEFAULT_MODEL = "enwiki-h256"
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
 CJK_MODEL = "cjk-h128"  # the model `auto` starts the Chinese and Japanese text it knows from (`auto`)
 # The larger English model: `auto` starts what DEFAULT_MODEL would start from it at LARGE_LEVELS (where
