@@ -116,7 +116,8 @@ def _put(out, b, i, alpha, add, s, at, rows):
 
 @njit(cache=True)
 def _matmul16_pmaddwd(x, W, out, alpha, add):
-    """`matmul16` with `vpmaddwd`: blocks of four lanes (then three, two, one) by four rows."""
+    """`matmul16` with `vpmaddwd`: blocks of four lanes (then three, two, one) by four rows. One branch
+    per block height: each calls its own intrinsic, whose tuple of sums has its own length."""
     B, K = x.shape
     N = W.shape[0]
     xa, wa, ldx, ldw = x.ctypes.data, W.ctypes.data, x.strides[0], W.strides[0]  # (bytes)
