@@ -11,19 +11,20 @@ prior FOREIGN_PRIOR), the rest the default model. Then that model's network alon
 adaptation, no experts), codes those bytes in PROBE_LANES lanes: above ONLINE_ABOVE bits per byte
 the file is coded online (ONLINE). At LARGE_LEVELS (the default level among them) the default
 model's place is LARGE_MODEL's, a larger network that learned the same text, for inputs of
-LARGE_MIN bytes or more (`level_model`). Text called foreign is probed with the
-English model too, which starts it where its probe is lower by ENGLISH_AHEAD (English that cites
-foreign names; the larger model also knows some of the novels). CJK_MODEL learned manuals and
-documentation; it starts only the text it knows that well (at most CJK_KNOWN bits per byte), adapted
-as online mode adapts its network (CJK_START), and other Chinese and Japanese (novels) is coded
-online, where it codes smaller. A model that is not installed leaves its texts to the default model.
-The choice is the encoder's alone: the header records the start like any other setting, and a
-decoder follows it. The measurements behind each threshold: docs/lab/auto.md.
+LARGE_MIN bytes or more (`level_model`), and FOREIGN_MODEL's FOREIGN_LARGE's (`foreign_model`).
+Text called foreign that has English's commonest words is probed with the English model too, which
+starts it where its probe is lower by ENGLISH_AHEAD (English that cites foreign names). CJK_MODEL
+learned manuals and documentation; it starts only the text it knows that well (at most CJK_KNOWN
+bits per byte), adapted as online mode adapts its network (CJK_START), and other Chinese and
+Japanese (novels) is coded online, where it codes smaller. A model that is not installed leaves its
+texts to the default model. The choice is the encoder's alone: the header records the start like any
+other setting, and a decoder follows it. The measurements behind each threshold: docs/lab/auto.md.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from dyncompress.config.levels import (
     CJK_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
+    FOREIGN_LARGE,
     FOREIGN_MODEL,
     LARGE_LEVELS,
     LARGE_MIN,
@@ -53,11 +55,23 @@ ONLINE = {"hidden": 128, "lr": 3e-3, "segment_len": 32}
 # dashes of English typography); it starts from FOREIGN_MODEL and FOREIGN_PRIOR.
 FOREIGN_SHARE = 0.002
 FOREIGN_PRIOR = "text6"
-# Such text starts from the English model instead where that model's probe costs less than
-# FOREIGN_MODEL's by more than this many bits per byte. The default model codes the mixture better
-# than FOREIGN_MODEL only where its probe is clearly ahead; the larger model knows much of what
-# FOREIGN_MODEL knows (foreign names, some novels) and starts wherever its probe is the lower.
-ENGLISH_AHEAD = {DEFAULT_MODEL: 0.1, LARGE_MODEL: 0.0}
+# Such text starts from the English model instead where that model's probe costs less than the foreign
+# model's by more than this many bits per byte, for each pair (English model, foreign model) `auto`
+# probes. multi-h256 codes the mixture better than the English model of its size unless that one's
+# probe is clearly ahead; the larger English model beside multi-h256 (FOREIGN_LARGE not installed)
+# knows much of what multi-h256 knows (foreign names, some novels) and starts wherever its probe is
+# the lower; beside FOREIGN_LARGE (its own fine-tuned copy, on the same text) it starts unless the
+# foreign model's probe is clearly ahead (Wikipedia citing foreign names probes alike with both).
+ENGLISH_AHEAD = {
+    (DEFAULT_MODEL, FOREIGN_MODEL): 0.1,
+    (LARGE_MODEL, FOREIGN_MODEL): 0.0,
+    (LARGE_MODEL, FOREIGN_LARGE): -0.03,
+}
+# ... and where at least ENGLISH_WORDS of the sample's words are English's commonest (`english_words`):
+# text without them is not English citing foreign names, whatever the probes say (Spanish prose can
+# probe alike with LARGE_MODEL and FOREIGN_LARGE, which codes it smaller).
+COMMON_ENGLISH = frozenset({b"the", b"and", b"of", b"to", b"that", b"with"})
+ENGLISH_WORDS = 0.01
 # Chinese or Japanese: more than CJK_SHARE of the first bytes are three-byte characters of the CJK
 # blocks (`cjk_share`). CJK_MODEL starts such text where its probe costs at most CJK_KNOWN bits per
 # byte, with CJK_START's settings over the level's: the whole network adapted on the stream's own
@@ -107,13 +121,14 @@ def choose_start(model: Model, sample: bytes, size: int | None, knobs: dict) -> 
     language = "cjk" if cjk_share(sample) > CJK_SHARE else "foreign" if foreign_share(sample) > FOREIGN_SHARE else ""
     english, where = model, {k: knobs[k] for k in ("device", "threads") if knobs.get(k)}
     if language and model.name in (DEFAULT_MODEL, LARGE_MODEL):
-        model = language_model(CJK_MODEL if language == "cjk" else FOREIGN_MODEL) or model
+        model = language_model(CJK_MODEL) if language == "cjk" else foreign_model(model.name)
+        model = model or english
     bits = probe_bits(model, sample, **where)
-    if language == "foreign" and model is not english:
+    if language == "foreign" and model is not english and english_words(sample) >= ENGLISH_WORDS:
         # English with other languages' names (Wikipedia citing its sources) is still the English model's:
         # it starts where its probe is clearly the lower (ENGLISH_AHEAD)
         english_bits = probe_bits(english, sample, **where)
-        if english_bits < bits - ENGLISH_AHEAD[english.name]:
+        if english_bits < bits - ENGLISH_AHEAD[english.name, model.name]:
             model, bits, language = english, english_bits, ""
     cjk = language == "cjk" and model.name == CJK_MODEL
     if bits > (CJK_KNOWN if cjk else ONLINE_ABOVE):
@@ -131,6 +146,12 @@ def level_model(model: Model, size: int | None, knobs: dict) -> Model:
     if model.name == DEFAULT_MODEL and level in LARGE_LEVELS and (size is None or size >= LARGE_MIN):
         return language_model(LARGE_MODEL) or model
     return model
+
+
+def foreign_model(english: str) -> Model | None:
+    """The installed model for other European languages beside the English model `english`:
+    FOREIGN_LARGE beside LARGE_MODEL, else (or where it is not installed) FOREIGN_MODEL."""
+    return (english == LARGE_MODEL and language_model(FOREIGN_LARGE)) or language_model(FOREIGN_MODEL)
 
 
 @functools.cache
@@ -167,6 +188,14 @@ def foreign_share(sample: bytes) -> float:
     two = (head >= 0xC2) & (head <= 0xDF) & (nxt >= 0x80) & (nxt <= 0xBF)
     latin1 = (head >= 0xC0) & (nxt < 0x80)
     return float(2 * two.sum() + latin1.sum()) / len(head)
+
+
+def english_words(sample: bytes) -> float:
+    """The share of the words (runs of ASCII letters) of the sample's first PROBE_BYTES that are
+    COMMON_ENGLISH's, in any case: about 0.1 in English (in each 4 kB of enwik8's first 3.4 MB that
+    `foreign_share` calls foreign 0.014 or more), at most 0.012 in the European novels' first 4 kB."""
+    words = re.findall(rb"[A-Za-z]+", sample[:PROBE_BYTES])
+    return sum(w.lower() in COMMON_ENGLISH for w in words) / max(1, len(words))
 
 
 def chosen_prior(prior: str, knobs: dict) -> dict:

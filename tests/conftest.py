@@ -264,8 +264,8 @@ def small():
 
 # Other kernels than the machine's best: torch's generic ones, MKL at SSE4.2, and the experts' compiled
 # code for a generic x86-64 (numba), with a numba cache of this session's own. The portability tests
-# code under them (test_cli), each case of CROSS_CASES (every shipped model among them) one way or
-# both (the golden files are re-encoded under other kernels in test_golden).
+# code under them (test_cli), each case of CROSS_CASES (every shipped model's shape among them) one way
+# or both (the golden files are re-encoded under other kernels in test_golden).
 PORTABLE_CACHE = tempfile.mkdtemp(prefix="dyncompress-generic-")
 PORTABLE_KERNELS = {
     "ATEN_CPU_CAPABILITY": "default",

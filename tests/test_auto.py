@@ -11,6 +11,8 @@ from dyncompress.auto import (
     CJK_MODEL,
     CJK_PRIOR,
     CJK_START,
+    ENGLISH_WORDS,
+    FOREIGN_LARGE,
     FOREIGN_MODEL,
     FOREIGN_PRIOR,
     LARGE_MODEL,
@@ -19,6 +21,7 @@ from dyncompress.auto import (
     PROBE_BYTES,
     choose_start,
     cjk_share,
+    english_words,
     foreign_share,
     language_model,
     probe_bits,
@@ -47,43 +50,51 @@ def test_the_probe_keeps_the_model_for_text_and_chooses_online_for_object_code(m
 
 
 def test_text_in_another_language_starts_from_the_foreign_model_and_prior(model):
+    """Spanish: the foreign model of the level's size (FOREIGN_LARGE at the default level, FOREIGN_MODEL
+    at -5) with its prior."""
     spanish = corpus("quijote_8k.txt")
     assert foreign_share(spanish) > 0.01  # (accented letters)
     start, chosen, bits = choose_start(model, spanish, 100_000, {})
+    assert start.name == FOREIGN_LARGE and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
+    start, chosen, bits = choose_start(model, spanish, 100_000, {"level": 5})
     assert start.name == FOREIGN_MODEL != model.name and chosen == {"prior": FOREIGN_PRIOR} and bits < ONLINE_ABOVE
     large = language_model(LARGE_MODEL)  # English (no byte >= 128): the default's
     assert choose_start(model, TEXT, len(TEXT), {})[:2] == (large, {})
     for knobs in ({"experts": "orders,match"}, {"kinds": 0}, {"prior": ""}):  # the knobs choose the prior
         assert choose_start(model, spanish, 100_000, knobs)[1] == {}
     data = (spanish * 3)[:AUTO_MIN]  # (AUTO_MIN or more: probed)
-    foreign = language_model(FOREIGN_MODEL)
-    theta, ms = foreign.theta.clone(), foreign.ms.clone()
+    foreign = language_model(FOREIGN_LARGE)
+    theta = foreign.theta.clone()
     packed = compress(data, threads=1)  # (its decode: test_payload's "foreign", the same bytes)
     assert header_of(packed)["settings"]["mix"]["prior"] == FOREIGN_PRIOR != DEFAULT_PRIOR
-    assert header_of(packed)["model"]["name"] == FOREIGN_MODEL
+    assert header_of(packed)["model"]["name"] == FOREIGN_LARGE
     # the foreign model is loaded once and a coding does not change it
-    assert language_model(FOREIGN_MODEL) is foreign
-    assert torch.equal(foreign.theta, theta) and torch.equal(foreign.ms, ms)
-    # it codes this Spanish smaller than the default model would, with the same prior
-    assert len(packed) < len(compress(data, model=DEFAULT_MODEL, threads=1, prior=FOREIGN_PRIOR))
+    assert language_model(FOREIGN_LARGE) is foreign and torch.equal(foreign.theta, theta)
+    # it codes this Spanish smaller than the English model of its size would, with the same prior
+    assert len(packed) < len(compress(data, model=LARGE_MODEL, threads=1, prior=FOREIGN_PRIOR))
 
 
 def test_without_the_foreign_model_installed_the_default_model_starts_every_text(model, monkeypatch):
     from dyncompress import auto
 
+    spanish = corpus("quijote_8k.txt")
+    monkeypatch.setattr(auto, "FOREIGN_LARGE", "no-such-model")  # the smaller one in its place
+    assert choose_start(model, spanish, 100_000, {})[0].name == FOREIGN_MODEL
     monkeypatch.setattr(auto, "FOREIGN_MODEL", "no-such-model")
     monkeypatch.setattr(auto, "CJK_MODEL", "no-such-model-either")
     monkeypatch.setattr(auto, "LARGE_MODEL", "nor-this-one")
     assert choose_start(model, TEXT, len(TEXT), {"level": 9})[:2] == (model, {})
-    assert choose_start(model, corpus("quijote_8k.txt"), 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
+    assert choose_start(model, spanish, 100_000, {})[:2] == (model, {"prior": FOREIGN_PRIOR})
     # Chinese then goes to the default model's probe, which sends it online
     assert choose_start(model, corpus("hongloumeng_6k.txt"), 100_000, {})[:2] == (None, ONLINE)
 
 
 def test_the_default_level_and_above_start_english_from_the_large_model_and_decode(model):
     """-6 (the default) ... -9 start what the default model would start from LARGE_MODEL, for inputs of
-    LARGE_MIN bytes or more whatever the probe says (the level chose it); other languages keep their
-    models, lower levels and smaller inputs the default model."""
+    LARGE_MIN bytes or more whatever the probe says (the level chose it), and other European languages
+    from FOREIGN_LARGE; lower levels and smaller inputs start from the default model."""
+    from dyncompress import auto
+
     large = language_model(LARGE_MODEL)
     assert large is not None and large.shape.hidden > model.shape.hidden
     assert LARGE_LEVELS == {6, 7, 8, 9} and DEFAULT_LEVEL in LARGE_LEVELS
@@ -95,13 +106,16 @@ def test_the_default_level_and_above_start_english_from_the_large_model_and_deco
     assert choose_start(model, TEXT[:LARGE_MIN], LARGE_MIN, {"level": 9}) == (large, {}, None)
     assert choose_start(model, TEXT[:LARGE_MIN], None, {"rule": "rms"}) == (large, {}, None)
     assert choose_start(model, TEXT[:1000], LARGE_MIN - 1, {}) == (model, {}, None)
-    # text with other languages' letters: the foreign model where its probe is the lower, else the large one
-    spanish, wiki = corpus("quijote_8k.txt"), corpus("enwik8_3m_4k")  # (Wikipedia with foreign names)
+    # text with other languages' letters: the larger foreign model where its probe is clearly the lower,
+    # else the large one (Wikipedia citing foreign names: the two probe it alike)
+    spanish, wiki = corpus("quijote_8k.txt"), corpus("enwik8_3m_4k")
     assert foreign_share(spanish) > 0.01 and foreign_share(wiki) > 0.01
+    ahead = auto.ENGLISH_AHEAD[LARGE_MODEL, FOREIGN_LARGE]
     start, chosen, bits = choose_start(model, spanish, 100_000, {"level": 9})
-    assert start.name == FOREIGN_MODEL and chosen == {"prior": FOREIGN_PRIOR} and bits < probe_bits(large, spanish)
+    assert start.name == FOREIGN_LARGE and chosen == {"prior": FOREIGN_PRIOR}
+    assert bits < probe_bits(large, spanish) - ahead
     start, chosen, bits = choose_start(model, wiki, 100_000, {})
-    assert start is large and chosen == {} and bits < probe_bits(language_model(FOREIGN_MODEL), wiki)
+    assert start is large and chosen == {} and probe_bits(language_model(FOREIGN_LARGE), wiki) > bits + ahead
     assert choose_start(model, OBJ1, len(OBJ1), {"level": 9})[0] is None  # object code: online at -9 too
     data = TEXT[:LARGE_MIN]
     packed = compress(data, threads=1)
@@ -121,13 +135,28 @@ def test_english_citing_foreign_names_starts_from_the_english_model_where_its_pr
     foreign = language_model(FOREIGN_MODEL)
     assert foreign_share(wiki) > 0.01  # (Wikipedia citing Greek and Latin sources)
     english_bits, foreign_bits = probe_bits(model, wiki), probe_bits(foreign, wiki)
-    assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[DEFAULT_MODEL]
+    assert english_bits < foreign_bits - auto.ENGLISH_AHEAD[DEFAULT_MODEL, FOREIGN_MODEL]
     five = {"level": 5}
     assert choose_start(model, wiki, 100_000, five) == (model, {}, english_bits)  # (the default's prior too)
     assert choose_start(model, spanish, 100_000, five)[0] is foreign  # (Spanish: the foreign model's probe is lower)
     # a lead smaller than the margin leaves the text to the foreign model
-    monkeypatch.setitem(auto.ENGLISH_AHEAD, DEFAULT_MODEL, foreign_bits - english_bits + 0.01)
+    monkeypatch.setitem(auto.ENGLISH_AHEAD, (DEFAULT_MODEL, FOREIGN_MODEL), foreign_bits - english_bits + 0.01)
     assert choose_start(model, wiki, 100_000, five) == (foreign, {"prior": FOREIGN_PRIOR}, foreign_bits)
+
+
+def test_text_without_englishs_commonest_words_is_not_probed_with_the_english_model(model, monkeypatch):
+    """Spanish prose starts from the foreign model even where the English model's probe would win by
+    any margin; Wikipedia citing foreign names (its words English) is still probed."""
+    from dyncompress import auto
+
+    spanish, wiki = corpus("quijote_8k.txt"), corpus("enwik8_3m_4k")
+    assert english_words(spanish) < ENGLISH_WORDS < english_words(wiki)
+    assert english_words(b"the And OF to; that, with. " * 2) == 1.0 and english_words(b"") == 0.0
+    for pair in auto.ENGLISH_AHEAD:
+        monkeypatch.setitem(auto.ENGLISH_AHEAD, pair, -10.0)  # (the English probe always clearly ahead)
+    assert choose_start(model, spanish, 100_000, {})[0].name == FOREIGN_LARGE
+    assert choose_start(model, spanish, 100_000, {"level": 5})[0].name == FOREIGN_MODEL
+    assert choose_start(model, wiki, 100_000, {})[0] is language_model(LARGE_MODEL)
 
 
 @pytest.mark.parametrize("name", ["ja_manpages_6k.txt", "zh_manpages_6k.txt"])

@@ -263,7 +263,8 @@ def test_cli_model_by_path_and_by_name(tiny, tmp_path):
     assert r.returncode == 0 and b"tiny: mLSTM hidden 24" in r.stdout and b"calibrated" in r.stdout
     # the shipped models beside it, each with its role
     assert b"enwiki-h256 (default at -1 ... -5 and for inputs under 8 kB): " in r.stdout
-    assert b"multi-h256 (the default for other European languages): " in r.stdout
+    assert b"multi-h256 (the default for other European languages at -3 ... -5): " in r.stdout
+    assert b"multi-h512 (the default for other European languages from -6 on): " in r.stdout
     assert b"cjk-h128 (the default for the Chinese and Japanese it knows): " in r.stdout
     assert b"enwiki-h512 (the default for English from -6 on): " in r.stdout
 

@@ -61,6 +61,7 @@ from dyncompress.config.levels import (
     CJK_MODEL,
     DEFAULT_LEVEL,
     DEFAULT_MODEL,
+    FOREIGN_LARGE,
     FOREIGN_MODEL,
     LARGE_LEVELS,
     LARGE_MIN,
@@ -131,7 +132,7 @@ MODEL_HELP = (
     default=None,
     help=f"Pretrained model to start from: an installed name (see `dyncompress models`) or a "
     f".dcm file [{LARGE_MODEL} ({DEFAULT_MODEL} below -{min(LARGE_LEVELS)} or {LARGE_MIN // 1024} kB); "
-    f"{FOREIGN_MODEL} for other European "
+    f"{FOREIGN_LARGE} ({FOREIGN_MODEL} below -{min(LARGE_LEVELS)}) for other European "
     f"languages, {CJK_MODEL} for the Chinese and Japanese it knows; online mode where none fits the input].",
 )
 @click.option(
@@ -218,9 +219,10 @@ def encode(
 
     By default a shipped pretrained model starts the coding and adapts to each
     file: enwiki-h512 for English (at -1 ... -5, and for inputs under 8 kB,
-    enwiki-h256: half the units, faster, larger files), multi-h256 for other
-    European languages (accented letters or Cyrillic), cjk-h128 for the
-    Chinese and Japanese manuals and documentation it knows. An input of 16 kB or more unlike what the model
+    enwiki-h256: half the units, faster, larger files), multi-h512 for other
+    European languages (accented letters or Cyrillic; multi-h256 at -3 ... -5),
+    cjk-h128 for the Chinese and Japanese manuals and documentation it knows.
+    An input of 16 kB or more unlike what the model
     learned (it codes the first 4 kB at more than 6.25 bits per byte: images,
     object code; Chinese and Japanese above 2.5 with cjk-h128, such as novels)
     is coded in online mode with a network of 128 units, which codes it
@@ -571,7 +573,8 @@ def models(verbose):
         return
     roles = {
         DEFAULT_MODEL: f" (default at -1 ... -{min(LARGE_LEVELS) - 1} and for inputs under {LARGE_MIN // 1024} kB)",
-        FOREIGN_MODEL: " (the default for other European languages)",
+        FOREIGN_MODEL: f" (the default for other European languages at -3 ... -{min(LARGE_LEVELS) - 1})",
+        FOREIGN_LARGE: f" (the default for other European languages from -{min(LARGE_LEVELS)} on)",
         CJK_MODEL: " (the default for the Chinese and Japanese it knows)",
         LARGE_MODEL: f" (the default for English from -{min(LARGE_LEVELS)} on)",
     }

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from dyncompress.config.model import Model
 
 # The model `encode` starts from unless told otherwise (an installed name): `auto` puts LARGE_MODEL in
-# its place at LARGE_LEVELS, FOREIGN_MODEL, CJK_MODEL or online mode where the input asks for them.
+# its place at LARGE_LEVELS, FOREIGN_MODEL (FOREIGN_LARGE there), CJK_MODEL or online mode where the
+# input asks for them.
 DEFAULT_MODEL = "enwiki-h256"
 FOREIGN_MODEL = "multi-h256"  # the model `auto` starts text in other European languages from (`auto`)
 CJK_MODEL = "cjk-h128"  # the model `auto` starts the Chinese and Japanese text it knows from (`auto`)
@@ -33,6 +34,9 @@ CJK_MODEL = "cjk-h128"  # the model `auto` starts the Chinese and Japanese text 
 # -3 ... -5 keep DEFAULT_MODEL for their speed.
 LARGE_MODEL = "enwiki-h512"
 LARGE_LEVELS = frozenset({6, 7, 8, 9})
+# The larger model for other European languages (LARGE_MODEL fine-tuned as FOREIGN_MODEL was): `auto`
+# asks it where LARGE_MODEL has taken DEFAULT_MODEL's place, FOREIGN_MODEL where it is not installed.
+FOREIGN_LARGE = "multi-h512"
 # It starts inputs of this many bytes or more (or of a size not known yet): the larger network codes
 # an input's first kilobytes larger than DEFAULT_MODEL (it catches up between 2 and 8 kB of English),
 # and loads and steps at twice the cost.
